@@ -1,0 +1,101 @@
+"""Draft sources: something that proposes the next ``k`` tokens of a context.
+
+:class:`ModelDrafter` runs a small draft LLM greedily, stopping early when its
+top probability falls below ``p_min`` (as llama.cpp's speculative example does).
+Each proposal step is recorded in the sync bookkeeping only after its decode
+succeeded, and recorded steps join the synced prefix, so the next sync after an
+accepted proposal is an ``extend`` and after a rejection a ``truncate``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from .events import SyncInfo
+from .kvcache import KvCache
+from .native import Context, Model
+from .sampling import top_prob
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """The draft's tokens and, per token, its probability and logits row.
+
+    ``rows[i]`` is the draft's distribution (logits, ``(n_vocab,)``) at proposal
+    position ``i``; it may hold one row more than ``tokens`` when drafting
+    stopped on ``p_min``. Empty rows for sources without a distribution.
+    """
+
+    tokens: tuple[int, ...] = ()
+    probs: tuple[float, ...] = ()
+    rows: tuple[np.ndarray, ...] = field(default=(), repr=False)
+
+
+class Drafter(Protocol):
+    """What the speculator needs of a draft source."""
+
+    source: str
+
+    def room(self, context: Sequence[int]) -> int:
+        """How many tokens could be proposed after ``context`` (context window)."""
+        ...
+
+    def sync(self, context: Sequence[int]) -> SyncInfo:
+        """Prepare to propose after ``context`` (the draft cache holds ``context[:-1]``)."""
+        ...
+
+    def propose(self, context: Sequence[int], k: int, p_min: float) -> Proposal:
+        """Up to ``k`` tokens that may follow ``context``."""
+        ...
+
+    def reset(self) -> None:
+        """Forget all cached state."""
+        ...
+
+
+class ModelDrafter:
+    """A draft model with its own KV cache (one sequence)."""
+
+    source = "model"
+
+    def __init__(self, model: Model, ctx: Context) -> None:
+        self.model = model
+        self.cache = KvCache(ctx)
+
+    def room(self, context: Sequence[int]) -> int:
+        # proposing k tokens decodes context[-1] and k-1 proposals after context[:-1]
+        return self.cache.ctx.n_ctx - len(context) + 1
+
+    def sync(self, context: Sequence[int]) -> SyncInfo:
+        return self.cache.sync(context)
+
+    def propose(self, context: Sequence[int], k: int, p_min: float) -> Proposal:
+        """Greedy proposal of up to ``k`` tokens after ``context``; call :meth:`sync` first.
+
+        Raises:
+            ContextFullError, DecodeError: a draft decode failed; the steps
+                before it stay recorded, the failed one is not.
+        """
+        pos = self.cache.n_past
+        current = context[-1]
+        tokens: list[int] = []
+        probs: list[float] = []
+        rows: list[np.ndarray] = []
+        for i in range(k):
+            logits = self.cache.ctx.decode([current], pos + i, 1)[0]
+            self.cache.state.record_proposal_step(current)
+            rows.append(logits)
+            tid, p = top_prob(logits)
+            if p < p_min:
+                break
+            tokens.append(tid)
+            probs.append(p)
+            current = tid
+        return Proposal(tuple(tokens), tuple(probs), tuple(rows))
+
+    def reset(self) -> None:
+        self.cache.reset()

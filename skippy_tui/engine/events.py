@@ -1,0 +1,221 @@
+"""Immutable events the engine emits while it generates a reply.
+
+Each event is a frozen dataclass named as a fact that happened. ``to_dict``
+gives a JSON-ready dict with a ``"type"`` field; ``event_from_dict`` reverses it.
+The CLI's ``--json`` lines, the transcript file and the replay view all use this
+one shape. Units: token counts in tokens, times in ms, probabilities in [0, 1].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+FinishReason = Literal["eos", "stop", "max_tokens", "context_full", "cancelled", "error"]
+Origin = Literal["draft", "target"]
+CommitKind = Literal["bonus", "correction", "plain"]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    """One token: its id, its text (special tokens rendered), a probability.
+
+    ``prob`` is the draft's probability for proposed tokens and the target's for
+    top-k lists; ``None`` where no distribution applies.
+    """
+
+    id: int
+    text: str
+    prob: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TextSpan:
+    """A piece of committed text and where its tokens came from."""
+
+    text: str
+    origin: Origin
+
+
+@dataclass(frozen=True, slots=True)
+class SyncInfo:
+    """The draft KV sync plan a step ran: ``kind`` in synced/extend/truncate/reset,
+    or ``none`` for a step without a proposal (plain decoding).
+
+    ``start``/``end`` are the prefilled range ``[start, end)`` (for truncate,
+    ``start`` is the number of tokens kept); both 0 for ``synced``.
+    """
+
+    kind: str
+    start: int = 0
+    end: int = 0
+
+    def label(self) -> str:
+        """Short badge text: ``synced``, ``extend 41..44``, ``truncate 38→44``, ``reset 0..44``."""
+        if self.kind == "none":
+            return "plain"
+        if self.kind == "synced":
+            return "synced"
+        if self.kind == "truncate":
+            return f"truncate {self.start}→{self.end}"
+        return f"{self.kind} {self.start}..{self.end}"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base class: every event serialises with a ``type`` field."""
+
+    type: ClassVar[str] = "event"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type}
+        for f in dataclasses.fields(self):
+            out[f.name] = _plain(getattr(self, f.name))
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyStarted(Event):
+    """The prompt was rendered and prefilled into the target; generation begins.
+
+    ``target_sync``: how the target KV cache was brought to the prompt (a new
+    turn is an ``extend``; an edit or regenerate a ``truncate`` or ``reset``).
+    """
+
+    type: ClassVar[str] = "reply_started"
+    turn: int
+    n_prompt: int
+    n_ctx: int
+    target_sync: SyncInfo
+    prefill_ms: float
+    speculative: bool
+    draft_source: str
+    n_draft: int | str
+    sampling: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StepVerified(Event):
+    """One speculation step: sync the draft, propose, verify, commit.
+
+    ``proposed`` holds the draft's tokens (``prob`` = draft probability);
+    the first ``n_accepted`` were accepted. ``committed`` is the target's token
+    after them: a ``correction`` at the first mismatch, a ``bonus`` after a fully
+    accepted proposal, ``plain`` for a step with no proposal. ``target_top`` and
+    ``draft_top`` are the top-k at the first rejected position (empty when all
+    were accepted). ``n_past_before``/``n_past_after``: tokens in the target KV
+    cache. ``delta``: the text this step released to the stream (it may lag the
+    tokens while a possible stop string or a split UTF-8 character is held).
+    """
+
+    type: ClassVar[str] = "step"
+    index: int
+    n_past_before: int
+    n_past_after: int
+    k: int
+    sync: SyncInfo
+    proposed: tuple[TokenInfo, ...]
+    n_accepted: int
+    committed: TokenInfo | None
+    commit_kind: CommitKind
+    target_top: tuple[TokenInfo, ...]
+    draft_top: tuple[TokenInfo, ...]
+    sync_ms: float
+    draft_ms: float
+    verify_ms: float
+    delta: tuple[TextSpan, ...]
+    k_reason: str = ""
+
+    @property
+    def text(self) -> str:
+        return "".join(s.text for s in self.delta)
+
+    @property
+    def n_committed(self) -> int:
+        return self.n_accepted + (self.committed is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyFinished(Event):
+    """The reply ended.
+
+    ``reason``: eos, stop, max_tokens, context_full, cancelled or error (then
+    ``error`` says why). Totals: ``acceptance_rate`` = accepted / drafted
+    (0.0 when nothing was drafted); ``mean_accepted_length`` = accepted draft
+    tokens per speculative step, *not* counting the bonus/correction token (vLLM
+    counts it; add 1 to compare); ``per_position`` = acceptance rate by draft
+    position (index 0 = first proposed token); ``tokens_per_second`` = generated
+    tokens / generation time, prefill excluded. ``tail``: text released only at
+    the end (held back as a possible stop-string start); the stream plus
+    ``tail`` equals ``text``. ``n_past``: tokens in the target KV cache.
+    """
+
+    type: ClassVar[str] = "finish"
+    reason: FinishReason
+    token_ids: tuple[int, ...]
+    text: str
+    n_tokens: int
+    n_steps: int
+    n_drafted: int
+    n_accepted: int
+    acceptance_rate: float
+    mean_accepted_length: float
+    per_position: tuple[float, ...]
+    tokens_per_second: float
+    generation_ms: float
+    prefill_ms: float
+    n_past: int
+    tail: str = ""
+    error: str = ""
+
+
+EVENT_TYPES: dict[str, type[Event]] = {c.type: c for c in (ReplyStarted, StepVerified, ReplyFinished)}
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+_NESTED = {"TokenInfo": TokenInfo, "TextSpan": TextSpan, "SyncInfo": SyncInfo}
+
+
+def _build(hint: Any, value: Any) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if value is None:
+        return None
+    if origin is tuple:
+        return tuple(_build(args[0], v) for v in value)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        inner = [a for a in args if a is not type(None)]
+        for a in inner:
+            if isinstance(a, type) and dataclasses.is_dataclass(a):
+                return _build(a, value)
+        return value
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        hints = typing.get_type_hints(hint)
+        return hint(**{f.name: _build(hints[f.name], value[f.name]) for f in dataclasses.fields(hint) if f.name in value})
+    return value
+
+
+def event_from_dict(data: dict[str, Any]) -> Event:
+    """Rebuild an event from :meth:`Event.to_dict` output.
+
+    Raises:
+        ValueError: for an unknown ``type`` or missing fields.
+    """
+    cls = EVENT_TYPES.get(data.get("type", ""))
+    if cls is None:
+        raise ValueError(f"unknown event type {data.get('type')!r}")
+    try:
+        return _build(cls, data)
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"malformed {cls.type} event: {e}") from e

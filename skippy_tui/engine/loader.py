@@ -1,0 +1,128 @@
+"""From settings to a ready :class:`Speculator`: check everything, then load.
+
+Order matters: every check that can refuse the request (bounds, missing or
+corrupt files, an incompatible pair, a batch too small for the verify batch)
+runs before any weights are loaded or native memory is allocated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .bounds import ContextCapacity, validate_capacity
+from .chat import template_for
+from .compat import check_compatible
+from .defaults import default_pair
+from .drafters import ModelDrafter
+from .gguf_info import ModelInfo, cached_model_info
+from .native import Context, Model
+from .settings import ModelSpec, SpeculationSettings, validate_load_params
+from .speculator import Speculator
+
+Progress = Callable[[str, float], None]
+"""``progress(stage, fraction)``: stage is a short human phrase, fraction in [0, 1]."""
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Everything needed to load: the target, an optional draft, speculation settings.
+
+    ``cache_dir`` holds derived models and the GGUF header cache. A target with
+    ``path=None`` selects the embedded default pair (and, unless ``draft`` is
+    given or ``use_draft`` is False, its Q4_1 draft).
+    """
+
+    target: ModelSpec
+    draft: ModelSpec | None
+    speculation: SpeculationSettings
+    cache_dir: Path
+    use_draft: bool = True
+
+
+def _noop(stage: str, fraction: float) -> None:
+    pass
+
+
+def resolve_paths(spec: EngineSpec, progress: Progress = _noop) -> tuple[Path, Path | None]:
+    """The target and draft paths, deriving the default F32 target when needed.
+
+    Raises:
+        ModelFileError: as :func:`defaults.default_pair`.
+    """
+    target, draft = spec.target.path, spec.draft.path if spec.draft else None
+    if target is None:
+        stage = "deriving the F32 default target (once)"
+        t, d = default_pair(spec.cache_dir / "models", lambda f: progress(stage, f))
+        target = t
+        if draft is None and spec.draft is None:
+            draft = d
+    return Path(target).expanduser(), (Path(draft).expanduser() if draft is not None else None)
+
+
+def check_spec(spec: EngineSpec, progress: Progress = _noop) -> tuple[Path, ModelInfo, Path | None, ModelInfo | None]:
+    """All checks, no weights loaded.
+
+    Raises:
+        BoundsError, ModelFileError, IncompatibleModelsError.
+    """
+    validate_load_params("target", spec.target.load)
+    if spec.draft is not None:
+        validate_load_params("draft", spec.draft.load)
+    target_path, draft_path = resolve_paths(spec, progress)
+    if not spec.use_draft:
+        draft_path = None
+    progress("reading GGUF headers", 0.0)
+    info_cache = spec.cache_dir / "gguf-info"
+    t_info = cached_model_info(target_path, info_cache)
+    d_info = cached_model_info(draft_path, info_cache) if draft_path is not None else None
+    if d_info is not None:
+        check_compatible(t_info, d_info)
+        d_load = spec.draft.load if spec.draft is not None else spec.target.load
+        validate_capacity(
+            ContextCapacity("target", spec.target.load.n_batch, spec.target.load.n_ubatch),
+            ContextCapacity("draft", d_load.n_batch, d_load.n_ubatch),
+            spec.speculation.n_draft,
+        )
+    return target_path, t_info, draft_path, d_info
+
+
+def load_speculator(spec: EngineSpec, progress: Progress = _noop) -> Speculator:
+    """Check, then load the target (and draft) and return a ready :class:`Speculator`.
+
+    Raises:
+        BoundsError, ModelFileError, IncompatibleModelsError: nothing is left
+            allocated when one is raised.
+    """
+    target_path, t_info, draft_path, d_info = check_spec(spec, progress)
+    owned: list[Model | Context] = []
+    try:
+        t_model = Model(target_path, spec.target.load, lambda f: _report(progress, f"loading target {t_info.name}", f))
+        owned.append(t_model)
+        t_ctx = Context(t_model, spec.target.load)
+        owned.append(t_ctx)
+        drafter = None
+        if draft_path is not None and d_info is not None:
+            d_load = spec.draft.load if spec.draft is not None else spec.target.load
+            d_model = Model(draft_path, d_load, lambda f: _report(progress, f"loading draft {d_info.name}", f))
+            owned.append(d_model)
+            d_ctx = Context(d_model, d_load)
+            owned.append(d_ctx)
+            drafter = ModelDrafter(d_model, d_ctx)
+        template = template_for(t_model, t_info.chat_template, t_info.architecture, spec.target.chat_template)
+        speculation = spec.speculation
+        if drafter is None and speculation.enabled:
+            speculation = dataclasses.replace(speculation, enabled=False)
+    except BaseException:
+        for obj in reversed(owned):
+            obj.close()
+        raise
+    progress("ready", 1.0)
+    return Speculator(t_model, t_ctx, template, drafter, speculation, t_info, d_info)
+
+
+def _report(progress: Progress, stage: str, fraction: float) -> bool:
+    progress(stage, fraction)
+    return True

@@ -1,0 +1,447 @@
+"""The thin layer over llama.cpp's C API (through llama-cpp-python's ctypes bindings).
+
+Everything that touches a native pointer lives here: model and context
+lifetimes, one reusable batch per context, decode with logits at chosen rows,
+KV-cache removal, tokenizing and token pieces. llama.cpp's own log lines are
+captured into a ring buffer (never printed) so errors can quote them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ContextFullError, DecodeError, ModelFileError, SkippyError
+
+try:
+    import llama_cpp as _L
+except ImportError as e:  # pragma: no cover - exercised only on broken installs
+    raise SkippyError(f"llama-cpp-python is not installed or failed to load: {e}") from e
+
+_LOG: deque[str] = deque(maxlen=64)
+_init_lock = threading.Lock()
+_initialised = False
+
+
+@_L.llama_log_callback
+def _log_sink(level: int, text: bytes, _user: ctypes.c_void_p) -> None:  # pragma: no cover - native callback
+    if text:
+        line = text.decode("utf-8", "replace").rstrip("\n")
+        if line.strip(" ."):
+            _LOG.append(line)
+
+
+def ensure_backend() -> None:
+    """Initialise llama.cpp once per process and route its logs into the ring buffer."""
+    global _initialised
+    with _init_lock:
+        if _initialised:
+            return
+        _L.llama_log_set(_log_sink, ctypes.c_void_p(0))
+        _L.llama_backend_init()
+        _initialised = True
+
+
+def recent_log(n: int = 6) -> str:
+    """The last ``n`` meaningful llama.cpp log lines, for error messages."""
+    lines = [ln for ln in _LOG if "error" in ln.lower() or "failed" in ln.lower()] or list(_LOG)
+    return " | ".join(lines[-n:])
+
+
+# -- devices ---------------------------------------------------------------------------
+
+_DEV_TYPES = {0: "CPU", 1: "GPU", 2: "iGPU", 3: "ACCEL"}
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """A ggml backend device (``name`` is what ``device = "..."`` in config selects)."""
+
+    name: str
+    description: str
+    kind: str
+
+
+def _ggml() -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(Path(_L.llama_cpp._base_path) / "libggml.so"))
+    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    lib.ggml_backend_dev_by_name.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_by_name.argtypes = [ctypes.c_char_p]
+    base = ctypes.CDLL(str(Path(_L.llama_cpp._base_path) / "libggml-base.so"))
+    for fn in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
+        getattr(base, fn).restype = ctypes.c_char_p
+        getattr(base, fn).argtypes = [ctypes.c_void_p]
+    base.ggml_backend_dev_type.restype = ctypes.c_int
+    base.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    lib._base = base  # type: ignore[attr-defined]
+    return lib
+
+
+def list_devices() -> list[Device]:
+    """The backend devices this llama.cpp build can use (CPU always, GPUs if built in)."""
+    ensure_backend()
+    try:
+        lib = _ggml()
+    except OSError:
+        return [Device("CPU", "CPU", "CPU")]
+    base = lib._base  # type: ignore[attr-defined]
+    out = []
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        out.append(
+            Device(
+                (base.ggml_backend_dev_name(dev) or b"?").decode(),
+                (base.ggml_backend_dev_description(dev) or b"").decode(),
+                _DEV_TYPES.get(base.ggml_backend_dev_type(dev), "?"),
+            )
+        )
+    return out
+
+
+def backend_name() -> str:
+    """``CPU``, ``CUDA``, ``Metal``, ``Vulkan``… — the first non-CPU device's backend, else CPU."""
+    for d in list_devices():
+        if d.kind != "CPU":
+            return d.name.rstrip("0123456789") or d.name
+    return "CPU"
+
+
+def _device_handle(name: str) -> int:
+    ensure_backend()
+    try:
+        lib = _ggml()
+    except OSError as e:
+        raise ModelFileError(f"cannot select device {name!r}: ggml library not found ({e})") from e
+    dev = lib.ggml_backend_dev_by_name(name.encode())
+    if not dev:
+        known = ", ".join(d.name for d in list_devices())
+        raise ModelFileError(f"device {name!r} not found; this build has: {known}")
+    return dev
+
+
+# -- model -----------------------------------------------------------------------------
+
+KV_CACHE_TYPES = {
+    "f32": _L.GGML_TYPE_F32,
+    "f16": _L.GGML_TYPE_F16,
+    "bf16": getattr(_L, "GGML_TYPE_BF16", 30),
+    "q8_0": _L.GGML_TYPE_Q8_0,
+    "q4_0": _L.GGML_TYPE_Q4_0,
+    "q4_1": _L.GGML_TYPE_Q4_1,
+    "iq4_nl": _L.GGML_TYPE_IQ4_NL,
+    "q5_0": _L.GGML_TYPE_Q5_0,
+    "q5_1": _L.GGML_TYPE_Q5_1,
+}
+SPLIT_MODES = {"none": _L.LLAMA_SPLIT_MODE_NONE, "layer": _L.LLAMA_SPLIT_MODE_LAYER, "row": _L.LLAMA_SPLIT_MODE_ROW}
+FLASH_ATTN = {
+    "auto": _L.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": _L.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": _L.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LoadParams:
+    """Native settings of one model and its context (already validated).
+
+    ``n_gpu_layers`` -1 means all; ``device`` ``None`` lets llama.cpp choose;
+    ``threads`` 0 means llama.cpp's default.
+    """
+
+    n_ctx: int = 4096
+    n_batch: int = 512
+    n_ubatch: int = 512
+    threads: int = 0
+    threads_batch: int = 0
+    n_gpu_layers: int = -1
+    main_gpu: int = 0
+    split_mode: str = "layer"
+    device: str | None = None
+    flash_attn: str = "auto"
+    mmap: bool = True
+    mlock: bool = False
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    swa_full: bool = False
+
+
+ProgressFn = Callable[[float], bool]
+
+
+class Model:
+    """A loaded llama.cpp model with its vocabulary. Call :meth:`close` (or use ``with``)."""
+
+    def __init__(self, path: Path, params: LoadParams, progress: ProgressFn | None = None) -> None:
+        ensure_backend()
+        self.path = path
+        mp = _L.llama_model_default_params()
+        mp.n_gpu_layers = params.n_gpu_layers if params.n_gpu_layers >= 0 else 0x7FFFFFFF
+        mp.main_gpu = params.main_gpu
+        mp.split_mode = SPLIT_MODES[params.split_mode]
+        mp.use_mmap = params.mmap
+        mp.use_mlock = params.mlock
+        devices = None
+        if params.device:
+            devices = (ctypes.c_void_p * 2)(_device_handle(params.device), None)
+            mp.devices = ctypes.cast(devices, ctypes.c_void_p)
+
+        cb_ref = None
+        if progress is not None:
+
+            @_L.llama_progress_callback
+            def _cb(frac: float, _u: ctypes.c_void_p) -> bool:  # pragma: no cover - native callback
+                try:
+                    return bool(progress(float(frac)))
+                except Exception:
+                    return True
+
+            cb_ref = _cb
+            mp.progress_callback = cb_ref
+        _LOG.clear()
+        ptr = _L.llama_model_load_from_file(str(path).encode(), mp)
+        del cb_ref, devices
+        if not ptr:
+            raise ModelFileError(f"llama.cpp could not load {path}: {recent_log() or 'no details'}")
+        self.ptr = ptr
+        self.vocab = _L.llama_model_get_vocab(ptr)
+        self.n_vocab: int = _L.llama_vocab_n_tokens(self.vocab)
+        self.bos: int = _L.llama_vocab_bos(self.vocab)
+        self.eos: int = _L.llama_vocab_eos(self.vocab)
+        self.add_bos: bool = bool(_L.llama_vocab_get_add_bos(self.vocab))
+        self.n_layer: int = _L.llama_model_n_layer(ptr)
+        self.n_swa: int = _L.llama_model_n_swa(ptr) if hasattr(_L, "llama_model_n_swa") else 0
+        self.recurrent_or_hybrid: bool = bool(_L.llama_model_is_recurrent(ptr)) or bool(
+            getattr(_L, "llama_model_is_hybrid", lambda _p: False)(ptr)
+        )
+        buf = ctypes.create_string_buffer(256)
+        _L.llama_model_desc(ptr, buf, 256)
+        self.desc: str = buf.value.decode("utf-8", "replace")
+        self.size_bytes: int = _L.llama_model_size(ptr)
+        self.n_params: int = _L.llama_model_n_params(ptr)
+        self._piece_cache: dict[tuple[int, bool], bytes] = {}
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            _L.llama_model_free(self.ptr)
+            self.ptr = None
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def is_eog(self, token: int) -> bool:
+        """True for end-of-generation tokens (EOS, EOT, and the like)."""
+        return bool(_L.llama_vocab_is_eog(self.vocab, token))
+
+    def tokenize(self, text: str, add_special: bool, parse_special: bool = True) -> list[int]:
+        """Tokenize UTF-8 text; ``parse_special`` turns ``<|im_start|>``-style text into its token."""
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        arr = (_L.llama_token * cap)()
+        n = _L.llama_tokenize(self.vocab, data, len(data), arr, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            arr = (_L.llama_token * cap)()
+            n = _L.llama_tokenize(self.vocab, data, len(data), arr, cap, add_special, parse_special)
+        if n < 0:
+            raise SkippyError(f"tokenization failed ({n})")
+        return list(arr[:n])
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        """The raw bytes of one token (possibly part of a UTF-8 character)."""
+        key = (token, special)
+        got = self._piece_cache.get(key)
+        if got is not None:
+            return got
+        buf = ctypes.create_string_buffer(64)
+        n = _L.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = _L.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
+        out = buf.raw[: max(n, 0)]
+        self._piece_cache[key] = out
+        return out
+
+    def token_text(self, token: int) -> str:
+        """Display text of one token, special tokens rendered (``<|im_end|>``)."""
+        return self.piece(token, special=True).decode("utf-8", "replace")
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        """llama.cpp's one-shot detokenizer (special tokens not rendered)."""
+        if not tokens:
+            return ""
+        arr = (_L.llama_token * len(tokens))(*tokens)
+        cap = len(tokens) * 16 + 16
+        buf = ctypes.create_string_buffer(cap)
+        n = _L.llama_detokenize(self.vocab, arr, len(tokens), buf, cap, False, False)
+        if n < 0:
+            cap = -n
+            buf = ctypes.create_string_buffer(cap)
+            n = _L.llama_detokenize(self.vocab, arr, len(tokens), buf, cap, False, False)
+        return buf.raw[:n].decode("utf-8", "replace")
+
+    def builtin_chat_template(self) -> str | None:
+        """The chat template llama.cpp reads from the model, if any."""
+        raw = _L.llama_model_chat_template(self.ptr, None)
+        return raw.decode("utf-8", "replace") if raw else None
+
+
+# -- context ---------------------------------------------------------------------------
+
+
+class Context:
+    """One llama.cpp context (one sequence) over a :class:`Model`, with a reusable batch.
+
+    Positions are token indices in the sequence; the engine keeps its own list of
+    the tokens the KV cache holds (see :mod:`skippy_tui.engine.sync`).
+    """
+
+    def __init__(self, model: Model, params: LoadParams) -> None:
+        self.model = model
+        cp = _L.llama_context_default_params()
+        cp.n_ctx = params.n_ctx
+        cp.n_batch = params.n_batch
+        cp.n_ubatch = min(params.n_ubatch, params.n_batch)
+        cp.n_seq_max = 1
+        if params.threads > 0:
+            cp.n_threads = params.threads
+        if params.threads_batch > 0 or params.threads > 0:
+            cp.n_threads_batch = params.threads_batch or params.threads
+        cp.flash_attn_type = FLASH_ATTN[params.flash_attn]
+        cp.type_k = KV_CACHE_TYPES[params.cache_type_k]
+        cp.type_v = KV_CACHE_TYPES[params.cache_type_v]
+        cp.swa_full = params.swa_full
+        cp.no_perf = True
+        _LOG.clear()
+        ptr = _L.llama_init_from_model(model.ptr, cp)
+        if not ptr:
+            raise ModelFileError(
+                f"llama.cpp could not create a context for {model.path.name} "
+                f"(n_ctx={params.n_ctx}, cache {params.cache_type_k}/{params.cache_type_v}): "
+                f"{recent_log() or 'no details'}"
+            )
+        self.ptr = ptr
+        self.mem = _L.llama_get_memory(ptr)
+        self.n_ctx: int = _L.llama_n_ctx(ptr)
+        self.n_batch: int = _L.llama_n_batch(ptr)
+        self.n_ubatch: int = _L.llama_n_ubatch(ptr)
+        self._batch = _L.llama_batch_init(self.n_batch, 0, 1)
+        b = self._batch
+        self._tok = np.ctypeslib.as_array(b.token, shape=(self.n_batch,))
+        self._pos = np.ctypeslib.as_array(b.pos, shape=(self.n_batch,))
+        self._logits_flag = np.ctypeslib.as_array(b.logits, shape=(self.n_batch,))
+        np.ctypeslib.as_array(b.n_seq_id, shape=(self.n_batch,))[:] = 1
+        for i in range(self.n_batch):
+            b.seq_id[i][0] = 0
+        self._abort = False
+
+        @_L.ggml_abort_callback
+        def _abort_cb(_data: ctypes.c_void_p) -> bool:  # pragma: no cover - native callback
+            return self._abort
+
+        self._abort_cb = _abort_cb
+        _L.llama_set_abort_callback(ptr, _abort_cb, None)
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            _L.llama_batch_free(self._batch)
+            _L.llama_free(self.ptr)
+            self.ptr = None
+
+    def _decode_chunk(self, tokens: Sequence[int], pos0: int, n_logits: int) -> None:
+        n = len(tokens)
+        self._tok[:n] = tokens
+        self._pos[:n] = np.arange(pos0, pos0 + n, dtype=np.int32)
+        self._logits_flag[:n] = 0
+        if n_logits:
+            self._logits_flag[n - n_logits : n] = 1
+        self._batch.n_tokens = n
+        rc = _L.llama_decode(self.ptr, self._batch)
+        if rc != 0:
+            # drop whatever ubatches were applied, so the cache matches the bookkeeping
+            _L.llama_memory_seq_rm(self.mem, 0, pos0, -1)
+            if rc == 1:
+                raise ContextFullError(
+                    f"{self.model.path.name}: no KV slot for {n} tokens at position {pos0} (n_ctx {self.n_ctx})"
+                )
+            if rc == 2:
+                raise DecodeError("decode aborted")
+            raise DecodeError(f"llama_decode failed with code {rc}: {recent_log() or 'no details'}")
+
+    def decode(self, tokens: Sequence[int], pos0: int, n_logits: int = 1) -> np.ndarray:
+        """Decode ``tokens`` at positions ``pos0..``; return logits of the last ``n_logits``.
+
+        ``len(tokens)`` must be at most ``n_batch``.
+
+        Returns:
+            float32 array of shape ``(n_logits, n_vocab)`` (a copy).
+
+        Raises:
+            ContextFullError: no KV slot (the context window is full).
+            DecodeError: any other decode failure; positions ``>= pos0`` are removed.
+        """
+        if not tokens or len(tokens) > self.n_batch:
+            raise DecodeError(f"decode of {len(tokens)} tokens (batch holds 1..{self.n_batch})")
+        if pos0 + len(tokens) > self.n_ctx:
+            raise ContextFullError(
+                f"{self.model.path.name}: {pos0 + len(tokens)} tokens exceed n_ctx {self.n_ctx}"
+            )
+        self._decode_chunk(tokens, pos0, n_logits)
+        n = len(tokens)
+        nv = self.model.n_vocab
+        out = np.empty((n_logits, nv), dtype=np.float32)
+        for r in range(n_logits):
+            ptr = _L.llama_get_logits_ith(self.ptr, n - n_logits + r)
+            out[r] = np.ctypeslib.as_array(ptr, shape=(nv,))
+        return out
+
+    def prefill(self, tokens: Sequence[int], pos0: int, cancelled: Callable[[], bool] | None = None) -> None:
+        """Decode ``tokens`` at ``pos0..`` in ``n_batch`` chunks, no logits.
+
+        Raises:
+            ContextFullError, DecodeError: as :meth:`decode`; on failure or
+                cancel, positions ``>= pos0`` are removed.
+        """
+        if pos0 + len(tokens) > self.n_ctx:
+            raise ContextFullError(
+                f"{self.model.path.name}: {pos0 + len(tokens)} tokens exceed n_ctx {self.n_ctx}"
+            )
+        for i in range(0, len(tokens), self.n_batch):
+            if cancelled is not None and cancelled():
+                self.remove_from(pos0)
+                raise DecodeError("prefill cancelled")
+            try:
+                self._decode_chunk(tokens[i : i + self.n_batch], pos0 + i, 0)
+            except SkippyError:
+                self.remove_from(pos0)
+                raise
+
+    def remove_from(self, pos: int) -> bool:
+        """Drop positions ``>= pos``. False when the memory cannot (recurrent/hybrid)."""
+        return bool(_L.llama_memory_seq_rm(self.mem, 0, pos, -1))
+
+    def clear(self) -> None:
+        """Empty the KV cache."""
+        _L.llama_memory_clear(self.mem, True)
+
+    def pos_min(self) -> int:
+        """Smallest position still cached (-1 when empty); > 0 once SWA evicted old cells."""
+        return int(_L.llama_memory_seq_pos_min(self.mem, 0))
+
+    def pos_max(self) -> int:
+        """Largest cached position, -1 when empty."""
+        return int(_L.llama_memory_seq_pos_max(self.mem, 0))
+
+    def set_abort(self, flag: bool) -> None:
+        """Make a running decode return early (used on quit)."""
+        self._abort = flag

@@ -1,0 +1,116 @@
+"""What the engine needs in: model, speculation and generation settings.
+
+Plain frozen dataclasses, validated on construction (before any native
+allocation). The TOML config and the CLI flags are turned into these by
+:mod:`skippy_tui.config`; the engine never reads files or flags itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .bounds import check_int, validate_speculation
+from .errors import BoundsError
+from .native import FLASH_ATTN, KV_CACHE_TYPES, SPLIT_MODES, LoadParams
+from .sampling import SamplingParams
+
+# Keys a draft inherits from the target when it leaves them unset.
+MODEL_KEYS = tuple(f.name for f in dataclasses.fields(LoadParams))
+
+
+def _choice(key: str, value: object, allowed: dict[str, object] | tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise BoundsError(key, value, "one of " + ", ".join(allowed))
+
+
+def validate_load_params(prefix: str, p: LoadParams) -> None:
+    """Check one model's native settings; raises ``BoundsError`` naming ``prefix.key``."""
+    check_int(f"{prefix}.n_ctx", p.n_ctx, 16, 1 << 24)
+    check_int(f"{prefix}.n_batch", p.n_batch, 1, 1 << 20)
+    check_int(f"{prefix}.n_ubatch", p.n_ubatch, 1, 1 << 20)
+    check_int(f"{prefix}.threads", p.threads, 0, 1024)
+    check_int(f"{prefix}.threads_batch", p.threads_batch, 0, 1024)
+    check_int(f"{prefix}.n_gpu_layers", p.n_gpu_layers, -1, 1 << 16)
+    check_int(f"{prefix}.main_gpu", p.main_gpu, 0, 1024)
+    _choice(f"{prefix}.split_mode", p.split_mode, SPLIT_MODES)
+    _choice(f"{prefix}.flash_attn", p.flash_attn, FLASH_ATTN)
+    _choice(f"{prefix}.cache_type_k", p.cache_type_k, KV_CACHE_TYPES)
+    _choice(f"{prefix}.cache_type_v", p.cache_type_v, KV_CACHE_TYPES)
+    for key in ("mmap", "mlock", "swa_full"):
+        if not isinstance(getattr(p, key), bool):
+            raise BoundsError(f"{prefix}.{key}", getattr(p, key), "true or false")
+    if p.device is not None and (not isinstance(p.device, str) or not p.device):
+        raise BoundsError(f"{prefix}.device", p.device, "a device name such as CPU or CUDA0")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model: its GGUF path (``None`` = the embedded default) and native settings.
+
+    ``chat_template``: a llama.cpp built-in name or Jinja text overriding the GGUF's.
+    """
+
+    path: Path | None
+    load: LoadParams = field(default_factory=LoadParams)
+    chat_template: str | None = None
+
+
+def draft_load_params(target: LoadParams, overrides: dict[str, object]) -> LoadParams:
+    """The draft's native settings: the target's, with the draft's own keys on top.
+
+    The draft so inherits the target's n_ctx, mmap, mlock and device (as the
+    skippy draft runner does) and may override threads, GPU layers, device,
+    KV cache types — or any other key.
+    """
+    unknown = set(overrides) - set(MODEL_KEYS)
+    if unknown:
+        key = sorted(unknown)[0]
+        raise BoundsError(f"draft.{key}", overrides[key], "a model key: " + ", ".join(MODEL_KEYS))
+    return dataclasses.replace(target, **overrides)  # type: ignore[arg-type]
+
+
+DRAFT_SOURCES = ("model", "ngram", "ngram+model")
+
+
+@dataclass(frozen=True)
+class SpeculationSettings:
+    """How proposals are made and checked.
+
+    ``n_draft``: tokens per proposal (k), 1..4096. ``n_min``: below this many
+    proposed tokens a step decodes plainly. ``p_min``: drafting stops when the
+    draft's top probability falls below it. ``enabled`` False = plain decoding.
+
+    Raises:
+        BoundsError: per the bounds contract.
+    """
+
+    enabled: bool = True
+    n_draft: int = 4
+    n_min: int = 0
+    p_min: float = 0.0
+    source: str = "model"
+
+    def __post_init__(self) -> None:
+        validate_speculation(1, self.n_draft, self.n_min, self.p_min)
+        _choice("speculation.source", self.source, DRAFT_SOURCES)
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """Per-reply settings: sampling, length, stops.
+
+    ``max_tokens``: reply length cap in tokens (1..1,048,576).
+    ``stop``: stop strings, matched across token boundaries.
+    """
+
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_tokens: int = 512
+    stop: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_int("max_tokens", self.max_tokens, 1, 1_048_576)
+        if not all(isinstance(s, str) for s in self.stop):
+            raise BoundsError("stop", self.stop, "a list of strings")
+

@@ -1,0 +1,367 @@
+"""The speculative decoding loop: sync, propose, verify, commit — one step at a time.
+
+Each step (Leviathan et al. 2023; Chen et al. 2023; the layout of llama.cpp's
+speculative example):
+
+1. bring the draft's KV cache to the committed context (a sync plan);
+2. the draft proposes up to ``k`` tokens ``d1..dk`` after the last committed one;
+3. the target decodes one batch ``[last, d1..dk]`` with logits at all ``k + 1``
+   rows;
+4. greedy: the longest prefix matching the target's argmax is accepted and the
+   target's token at the next row committed (correction or bonus); sampling:
+   rejection sampling keeps the output distributed exactly as the target's;
+5. the committed tokens are checked one by one for EOS/EOT, stop strings and
+   max tokens, and rejected positions are removed from the target's KV cache.
+
+A step with ``k = 0`` is plain decoding (one target token), so plain and
+speculative generation share every line but the proposal. The loop emits
+immutable events (:mod:`events`); it never prints and never raises a
+:class:`SkippyError` — those end the reply with ``reason="error"``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from .bounds import validate_prompt_len
+from .chat import ChatTemplate, Message, prompt_tokens
+from .drafters import Drafter, Proposal
+from .errors import ContextFullError, SkippyError
+from .events import Event, ReplyFinished, ReplyStarted, StepVerified, SyncInfo, TextSpan, TokenInfo
+from .gguf_info import ModelInfo
+from .kvcache import KvCache
+from .native import Context, Model
+from .sampling import filtered_probs, softmax, top_k_list, verify_greedy, verify_stochastic
+from .settings import GenerationSettings, SpeculationSettings
+from .stats import AcceptanceStats
+from .text import SpanQueue, StopStringMatcher, Utf8Assembler
+
+TOP_K_SHOWN = 5
+NO_SYNC = SyncInfo("none")
+
+
+class Speculator:
+    """Target model + optional draft source, generating replies as event streams.
+
+    Not thread-safe: one generation at a time, all calls from one thread
+    (except :meth:`abort` and settings updates, which are single assignments).
+    """
+
+    def __init__(
+        self,
+        target: Model,
+        target_ctx: Context,
+        template: ChatTemplate,
+        drafter: Drafter | None = None,
+        speculation: SpeculationSettings | None = None,
+        target_info: ModelInfo | None = None,
+        draft_info: ModelInfo | None = None,
+    ) -> None:
+        self.target = target
+        self.target_info = target_info
+        self.draft_info = draft_info
+        self.target_cache = KvCache(target_ctx)
+        self.template = template
+        self.drafter = drafter
+        self.speculation = speculation or SpeculationSettings(enabled=drafter is not None)
+        self.k_policy: object | None = None  # adaptive-k hook: .choose(k_max) -> (k, reason)
+        self._turn = 0
+
+    # -- settings that apply from the next step -------------------------------------
+
+    def update(self, **changes: object) -> SpeculationSettings:
+        """Change speculation settings (validated); they apply from the next step.
+
+        Raises:
+            BoundsError: a value is out of bounds; nothing changes.
+        """
+        self.speculation = replace(self.speculation, **changes)  # type: ignore[arg-type]
+        return self.speculation
+
+    def close(self) -> None:
+        """Free both contexts and models (contexts first: they borrow the models)."""
+        cache = getattr(self.drafter, "cache", None)
+        if cache is not None:
+            cache.ctx.close()
+            cache.ctx.model.close()
+        self.target_cache.ctx.close()
+        self.target.close()
+
+    def abort(self) -> None:
+        """Make a native decode in flight return early (quit mid-stream)."""
+        self.target_cache.ctx.set_abort(True)
+        cache = getattr(self.drafter, "cache", None)
+        if cache is not None:
+            cache.ctx.set_abort(True)
+
+    @property
+    def n_ctx(self) -> int:
+        return self.target_cache.ctx.n_ctx
+
+    @property
+    def n_past(self) -> int:
+        """Tokens in the target's KV cache."""
+        return self.target_cache.n_past
+
+    def forget(self) -> None:
+        """Drop both KV caches (a new chat)."""
+        self.target_cache.reset()
+        if self.drafter is not None:
+            self.drafter.reset()
+
+    # -- generation ------------------------------------------------------------------
+
+    def run(
+        self, messages: Sequence[Message], gen: GenerationSettings, cancel: threading.Event | None = None
+    ) -> Iterator[Event]:
+        """Generate the assistant's reply to ``messages`` (rendered with the chat template).
+
+        Yields ``ReplyStarted``, one ``StepVerified`` per step, then ``ReplyFinished``.
+        The KV caches are reused across calls: a new turn extends them, an edit
+        or regenerate truncates them to the shared prefix.
+        """
+        try:
+            tokens = prompt_tokens(self.target, self.template, messages)
+        except SkippyError as e:
+            yield _failed(str(e), self.n_past)
+            return
+        yield from self.generate(tokens, gen, cancel)
+
+    def generate(
+        self, prompt: Sequence[int], gen: GenerationSettings, cancel: threading.Event | None = None
+    ) -> Iterator[Event]:
+        """Generate after raw prompt tokens. See :meth:`run` for the events."""
+        cancelled = cancel.is_set if cancel is not None else (lambda: False)
+        self._turn += 1
+        self.target_cache.ctx.set_abort(False)
+        context = list(prompt)
+        try:
+            validate_prompt_len(len(context))
+            if not context:
+                raise SkippyError("empty prompt: nothing to decode from")
+            if len(context) > self.n_ctx:
+                raise ContextFullError(
+                    f"the prompt is {len(context)} tokens but the context window holds {self.n_ctx}; "
+                    "raise n_ctx or start a new chat"
+                )
+            t0 = time.perf_counter()
+            target_sync = self.target_cache.sync(context, cancelled)
+            prefill_ms = (time.perf_counter() - t0) * 1000
+        except ContextFullError as e:
+            yield _failed(str(e), self.n_past, reason="context_full")
+            return
+        except SkippyError as e:
+            reason = "cancelled" if cancelled() else "error"
+            yield _failed(str(e) if reason == "error" else "", self.n_past, reason=reason)
+            return
+
+        spec = self.speculation
+        yield ReplyStarted(
+            turn=self._turn,
+            n_prompt=len(context),
+            n_ctx=self.n_ctx,
+            target_sync=target_sync,
+            prefill_ms=prefill_ms,
+            speculative=spec.enabled and self.drafter is not None,
+            draft_source=self.drafter.source if self.drafter is not None else "none",
+            n_draft=spec.n_draft,
+            sampling={
+                k: getattr(gen.sampling, k) for k in ("temperature", "top_k", "top_p", "min_p", "seed")
+            },
+        )
+        yield from self._loop(context, gen, cancelled, prefill_ms)
+
+    def _loop(self, context: list[int], gen: GenerationSettings, cancelled, prefill_ms: float) -> Iterator[Event]:
+        rng = np.random.default_rng(gen.sampling.seed)
+        stats = AcceptanceStats()
+        utf8, stops, spans = Utf8Assembler(), StopStringMatcher(gen.stop), SpanQueue()
+        token_ids: list[int] = []
+        text: list[str] = []
+        reason: str | None = None
+        error = ""
+        step = 0
+        while reason is None:
+            if cancelled():
+                reason = "cancelled"
+                break
+            n_past = len(context) - 1
+            if n_past + 1 > self.n_ctx:
+                reason = "context_full"
+                break
+            t_step = time.perf_counter()
+            try:
+                k, k_reason = self._choose_k(context, gen.max_tokens - len(token_ids))
+                sync_info, proposal, sync_ms, draft_ms = NO_SYNC, Proposal(), 0.0, 0.0
+                if k > 0:
+                    t = time.perf_counter()
+                    sync_info = self.drafter.sync(context)  # type: ignore[union-attr]
+                    t2 = time.perf_counter()
+                    proposal = self.drafter.propose(context, k, self.speculation.p_min)  # type: ignore[union-attr]
+                    t3 = time.perf_counter()
+                    sync_ms, draft_ms = (t2 - t) * 1000, (t3 - t2) * 1000
+                    if len(proposal.tokens) < max(self.speculation.n_min, 1):
+                        proposal = Proposal(rows=proposal.rows)
+                t = time.perf_counter()
+                batch = [context[-1], *proposal.tokens]
+                logits = self.target_cache.ctx.decode(batch, n_past, len(batch))
+                self.target_cache.state.record_extend(batch)
+                n_acc, committed = self._verify(proposal.tokens, logits, gen, rng)
+                verify_ms = (time.perf_counter() - t) * 1000
+            except ContextFullError as e:
+                reason, error = "context_full", str(e)
+                break
+            except SkippyError as e:
+                reason = "cancelled" if cancelled() else "error"
+                error = "" if reason == "cancelled" else str(e)
+                break
+
+            new_tokens = [*proposal.tokens[:n_acc], committed]
+            origins = ["draft"] * n_acc + ["target"]
+            delta: list[tuple[str, str]] = []
+            n_used = 0
+            for tok, origin in zip(new_tokens, origins):
+                if self.target.is_eog(tok):
+                    reason = "eos"
+                    break
+                context.append(tok)
+                token_ids.append(tok)
+                n_used += 1
+                piece = utf8.feed(self.target.piece(tok))
+                spans.push(piece, origin)
+                released, hit = stops.push(piece)
+                delta += spans.take(len(released))
+                if hit:
+                    reason = "stop"
+                    break
+                if len(token_ids) >= gen.max_tokens:
+                    reason = "max_tokens"
+                    break
+            try:
+                # drop rejected (and post-stop) positions now: the cache holds only committed tokens
+                self.target_cache.sync(context)
+            except SkippyError as e:
+                reason, error = "error", str(e)
+            step_ms = (time.perf_counter() - t_step) * 1000
+            stats.add_step(
+                len(proposal.tokens), n_acc, n_used,
+                step_ms=step_ms, sync_ms=sync_ms, draft_ms=draft_ms, verify_ms=verify_ms,
+            )  # fmt: skip
+            text += [s for s, _ in delta]
+            yield self._step_event(
+                step, n_past, k, k_reason, sync_info, proposal, n_acc, committed, logits,
+                sync_ms, draft_ms, verify_ms, delta,
+            )  # fmt: skip
+            step += 1
+
+        tail = ""
+        if reason != "stop":
+            rest = utf8.flush()
+            spans.push(rest, "target")
+            released, _ = stops.push(rest)
+            tail = released + stops.flush()
+        text.append(tail)
+        yield ReplyFinished(
+            reason=reason,  # type: ignore[arg-type]
+            token_ids=tuple(token_ids),
+            text="".join(text),
+            n_tokens=len(token_ids),
+            n_steps=stats.n_steps,
+            n_drafted=stats.n_drafted,
+            n_accepted=stats.n_accepted,
+            acceptance_rate=stats.acceptance_rate,
+            mean_accepted_length=stats.mean_accepted_length,
+            per_position=stats.per_position,
+            tokens_per_second=stats.tokens_per_second,
+            generation_ms=stats.generation_ms,
+            prefill_ms=prefill_ms,
+            n_past=self.n_past,
+            tail=tail,
+            error=error,
+        )
+
+    def _choose_k(self, context: Sequence[int], remaining: int) -> tuple[int, str]:
+        """This step's proposal length, clamped so everything fits (0 = plain step)."""
+        spec = self.speculation
+        if self.drafter is None or not spec.enabled:
+            return 0, "speculation off"
+        n_past = len(context) - 1
+        # the verify batch [last, d1..dk] must fit the target's window; more than
+        # remaining - 1 proposals could never all be committed
+        k_max = min(spec.n_draft, self.n_ctx - n_past - 1, self.drafter.room(context), remaining - 1)
+        if k_max <= 0:
+            return 0, "no room"
+        if self.k_policy is not None:
+            k, why = self.k_policy.choose(k_max)  # type: ignore[attr-defined]
+        else:
+            k, why = k_max, "fixed"
+        if 0 < k < spec.n_min:
+            return 0, f"k={k} below n_min={spec.n_min}"
+        return k, why
+
+    def _verify(
+        self, proposal: Sequence[int], logits: np.ndarray, gen: GenerationSettings, rng: np.random.Generator
+    ) -> tuple[int, int]:
+        if gen.sampling.greedy:
+            return verify_greedy(proposal, np.argmax(logits, axis=1).tolist())
+        probs = [filtered_probs(row, gen.sampling) for row in logits]
+        return verify_stochastic(proposal, probs, rng)
+
+    def _step_event(
+        self, step, n_past, k, k_reason, sync_info, proposal, n_acc, committed, logits,
+        sync_ms, draft_ms, verify_ms, delta,
+    ) -> StepVerified:  # fmt: skip
+        tt = self.target.token_text
+        proposed = tuple(TokenInfo(t, tt(t), p) for t, p in zip(proposal.tokens, proposal.probs))
+        target_top: tuple[TokenInfo, ...] = ()
+        draft_top: tuple[TokenInfo, ...] = ()
+        if n_acc < len(proposal.tokens):
+            target_top = tuple(TokenInfo(i, tt(i), p) for i, p in top_k_list(softmax(logits[n_acc]), TOP_K_SHOWN))
+            if n_acc < len(proposal.rows):
+                draft_top = tuple(
+                    TokenInfo(i, tt(i), p) for i, p in top_k_list(softmax(proposal.rows[n_acc]), TOP_K_SHOWN)
+                )
+        kind = "plain" if not proposal.tokens else ("bonus" if n_acc == len(proposal.tokens) else "correction")
+        return StepVerified(
+            index=step,
+            n_past_before=n_past,
+            n_past_after=self.n_past,
+            k=k,
+            sync=sync_info,
+            proposed=proposed,
+            n_accepted=n_acc,
+            committed=TokenInfo(committed, tt(committed)),
+            commit_kind=kind,  # type: ignore[arg-type]
+            target_top=target_top,
+            draft_top=draft_top,
+            sync_ms=sync_ms,
+            draft_ms=draft_ms,
+            verify_ms=verify_ms,
+            delta=tuple(TextSpan(s, o) for s, o in delta),  # type: ignore[arg-type]
+            k_reason=k_reason,
+        )
+
+
+def _failed(message: str, n_past: int, reason: str = "error") -> ReplyFinished:
+    return ReplyFinished(
+        reason=reason,  # type: ignore[arg-type]
+        token_ids=(),
+        text="",
+        n_tokens=0,
+        n_steps=0,
+        n_drafted=0,
+        n_accepted=0,
+        acceptance_rate=0.0,
+        mean_accepted_length=0.0,
+        per_position=(),
+        tokens_per_second=0.0,
+        generation_ms=0.0,
+        prefill_ms=0.0,
+        n_past=n_past,
+        error=message,
+    )
+
