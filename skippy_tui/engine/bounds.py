@@ -86,4 +86,3 @@ def validate_prompt_len(n_tokens: int) -> None:
     """Raise ``BoundsError`` when a prompt exceeds 1,048,576 tokens."""
     if n_tokens > MAX_PROMPT_TOKENS:
         raise BoundsError("prompt_tokens", n_tokens, f"<= {MAX_PROMPT_TOKENS}")
-

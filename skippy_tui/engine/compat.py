@@ -18,8 +18,7 @@ def incompatibility(target: ModelInfo, draft: ModelInfo) -> str | None:
     """Why the pair cannot speculate, as one sentence; ``None`` when it can."""
     if target.vocab_model != draft.vocab_model:
         return (
-            f"vocab type differs: target {target.name} is {target.vocab_kind}, "
-            f"draft {draft.name} is {draft.vocab_kind}"
+            f"vocab type differs: target {target.name} is {target.vocab_kind}, draft {draft.name} is {draft.vocab_kind}"
         )
     diff = abs(target.vocab_size - draft.vocab_size)
     if diff > MAX_VOCAB_SIZE_DIFFERENCE:

@@ -202,7 +202,9 @@ def _build(hint: Any, value: Any) -> Any:
         return value
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         hints = typing.get_type_hints(hint)
-        return hint(**{f.name: _build(hints[f.name], value[f.name]) for f in dataclasses.fields(hint) if f.name in value})
+        return hint(
+            **{f.name: _build(hints[f.name], value[f.name]) for f in dataclasses.fields(hint) if f.name in value}
+        )
     return value
 
 

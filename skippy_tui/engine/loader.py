@@ -57,7 +57,7 @@ def resolve_paths(spec: EngineSpec, progress: Progress = _noop) -> tuple[Path, P
         stage = "deriving the F32 default target (once)"
         t, d = default_pair(spec.cache_dir / "models", lambda f: progress(stage, f))
         target = t
-        if draft is None and spec.draft is None:
+        if draft is None and (spec.draft is None or spec.draft.path is None):
             draft = d
     return Path(target).expanduser(), (Path(draft).expanduser() if draft is not None else None)
 

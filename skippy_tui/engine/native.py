@@ -153,7 +153,7 @@ class LoadParams:
     """Native settings of one model and its context (already validated).
 
     ``n_gpu_layers`` -1 means all; ``device`` ``None`` lets llama.cpp choose;
-    ``threads`` 0 means llama.cpp's default.
+    ``threads`` 0 means one per usable CPU.
     """
 
     n_ctx: int = 4096
@@ -299,6 +299,16 @@ class Model:
 # -- context ---------------------------------------------------------------------------
 
 
+def default_threads() -> int:
+    """Threads used when a model sets ``threads = 0``: the CPUs this process may use."""
+    import os
+
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 class Context:
     """One llama.cpp context (one sequence) over a :class:`Model`, with a reusable batch.
 
@@ -313,10 +323,10 @@ class Context:
         cp.n_batch = params.n_batch
         cp.n_ubatch = min(params.n_ubatch, params.n_batch)
         cp.n_seq_max = 1
-        if params.threads > 0:
-            cp.n_threads = params.threads
-        if params.threads_batch > 0 or params.threads > 0:
-            cp.n_threads_batch = params.threads_batch or params.threads
+        # llama.cpp's own default is 4 threads, which oversubscribes small machines
+        threads = params.threads if params.threads > 0 else default_threads()
+        cp.n_threads = threads
+        cp.n_threads_batch = params.threads_batch if params.threads_batch > 0 else threads
         cp.flash_attn_type = FLASH_ATTN[params.flash_attn]
         cp.type_k = KV_CACHE_TYPES[params.cache_type_k]
         cp.type_v = KV_CACHE_TYPES[params.cache_type_v]
@@ -393,9 +403,7 @@ class Context:
         if not tokens or len(tokens) > self.n_batch:
             raise DecodeError(f"decode of {len(tokens)} tokens (batch holds 1..{self.n_batch})")
         if pos0 + len(tokens) > self.n_ctx:
-            raise ContextFullError(
-                f"{self.model.path.name}: {pos0 + len(tokens)} tokens exceed n_ctx {self.n_ctx}"
-            )
+            raise ContextFullError(f"{self.model.path.name}: {pos0 + len(tokens)} tokens exceed n_ctx {self.n_ctx}")
         self._decode_chunk(tokens, pos0, n_logits)
         n = len(tokens)
         nv = self.model.n_vocab
@@ -413,9 +421,7 @@ class Context:
                 cancel, positions ``>= pos0`` are removed.
         """
         if pos0 + len(tokens) > self.n_ctx:
-            raise ContextFullError(
-                f"{self.model.path.name}: {pos0 + len(tokens)} tokens exceed n_ctx {self.n_ctx}"
-            )
+            raise ContextFullError(f"{self.model.path.name}: {pos0 + len(tokens)} tokens exceed n_ctx {self.n_ctx}")
         for i in range(0, len(tokens), self.n_batch):
             if cancelled is not None and cancelled():
                 self.remove_from(pos0)

@@ -113,4 +113,3 @@ class GenerationSettings:
         check_int("max_tokens", self.max_tokens, 1, 1_048_576)
         if not all(isinstance(s, str) for s in self.stop):
             raise BoundsError("stop", self.stop, "a list of strings")
-

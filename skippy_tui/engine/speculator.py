@@ -170,9 +170,7 @@ class Speculator:
             speculative=spec.enabled and self.drafter is not None,
             draft_source=self.drafter.source if self.drafter is not None else "none",
             n_draft=spec.n_draft,
-            sampling={
-                k: getattr(gen.sampling, k) for k in ("temperature", "top_k", "top_p", "min_p", "seed")
-            },
+            sampling={k: getattr(gen.sampling, k) for k in ("temperature", "top_k", "top_p", "min_p", "seed")},
         )
         yield from self._loop(context, gen, cancelled, prefill_ms)
 
@@ -364,4 +362,3 @@ def _failed(message: str, n_past: int, reason: str = "error") -> ReplyFinished:
         n_past=n_past,
         error=message,
     )
-

@@ -42,7 +42,7 @@ class StopStringMatcher:
     end of the stream.
     """
 
-    __slots__ = ("_stops", "_pending", "_done", "matched")
+    __slots__ = ("_done", "_pending", "_stops", "matched")
 
     def __init__(self, stops: Sequence[str]) -> None:
         self._stops = tuple(s for s in stops if s)

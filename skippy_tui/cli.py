@@ -1,0 +1,247 @@
+"""Command line: ``skippy-tui`` (the app), ``skippy-tui run PROMPT`` (headless).
+
+Errors are one line on stderr and a non-zero exit, never a traceback:
+exit 1 for a failed generation or model problem, 2 for bad usage or config,
+130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .config import Config, ConfigError, config_path, load_config
+from .engine.errors import SkippyError
+
+EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    return v
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def _n_draft(text: str) -> int | str:
+    return "auto" if text == "auto" else _positive_int(text)
+
+
+def add_model_flags(p: argparse.ArgumentParser, sub: bool = False) -> None:
+    """Flags shared by every command that loads models (they override the config).
+
+    On a subcommand the defaults are suppressed, so ``skippy-tui --target X run``
+    and ``skippy-tui run --target X`` both work.
+    """
+    if sub:
+        p.argument_default = argparse.SUPPRESS
+    g = p.add_argument_group("models")
+    g.add_argument("--config", type=Path, metavar="PATH", help="config file")
+    g.add_argument("--target", type=Path, metavar="PATH", help="target model GGUF")
+    g.add_argument("--draft", type=Path, metavar="PATH", help="draft model GGUF")
+    g.add_argument("--no-draft", action="store_true", help="plain decoding, no draft model")
+    g.add_argument("--n-ctx", type=_positive_int, metavar="N", help="context window (tokens)")
+    g.add_argument("--n-gpu-layers", type=_positive_int, metavar="N", help="layers to offload (-1 = all)")
+    g.add_argument("--device", metavar="NAME", help="backend device, e.g. CUDA0")
+    s = p.add_argument_group("speculation and sampling")
+    s.add_argument("--n-draft", type=_n_draft, metavar="K", help="tokens per proposal (k)")
+    s.add_argument("--n-min", type=_positive_int, metavar="N", help="fewest proposed tokens worth verifying")
+    s.add_argument("--p-min", type=_float, metavar="P", help="stop drafting below this draft probability")
+    s.add_argument("--temperature", type=_float, metavar="T", help="0 = greedy")
+    s.add_argument("--top-k", type=_positive_int, metavar="K")
+    s.add_argument("--top-p", type=_float, metavar="P")
+    s.add_argument("--min-p", type=_float, metavar="P")
+    s.add_argument("--seed", type=_positive_int, metavar="S")
+    s.add_argument("--max-tokens", type=_positive_int, metavar="N", help="reply length cap")
+    s.add_argument("--stop", action="append", metavar="STR", help="stop string (repeatable)")
+    s.add_argument("--system", metavar="TEXT", help="system prompt")
+
+
+_FLAG_KEYS = {
+    "target": ("target", "path"),
+    "draft": ("draft", "path"),
+    "n_ctx": ("target", "n_ctx"),
+    "n_gpu_layers": ("target", "n_gpu_layers"),
+    "device": ("target", "device"),
+    "n_draft": ("speculation", "n_draft"),
+    "n_min": ("speculation", "n_min"),
+    "p_min": ("speculation", "p_min"),
+    "temperature": ("sampling", "temperature"),
+    "top_k": ("sampling", "top_k"),
+    "top_p": ("sampling", "top_p"),
+    "min_p": ("sampling", "min_p"),
+    "seed": ("sampling", "seed"),
+    "max_tokens": ("generation", "max_tokens"),
+    "system": ("generation", "system_prompt"),
+}
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """The config file with the command line's flags on top.
+
+    Raises:
+        ConfigError: unreadable file or a bad value (file or flag).
+    """
+    cfg = load_config(args.config)
+    for attr, (section, key) in _FLAG_KEYS.items():
+        value = getattr(args, attr, None)
+        if value is not None:
+            cfg.set(section, key, str(value) if isinstance(value, Path) else value)
+    if getattr(args, "stop", None):
+        cfg.set("generation", "stop", list(args.stop))
+    if getattr(args, "no_draft", False):
+        cfg.set("draft", "enabled", False)
+    return cfg
+
+
+def _stderr_progress() -> Any:
+    last = {"stage": None, "pct": -10}
+    tty = sys.stderr.isatty()
+
+    def report(stage: str, fraction: float) -> None:
+        pct = int(fraction * 100)
+        if stage == last["stage"] and pct - last["pct"] < (1 if tty else 25) and pct < 100:
+            return
+        if stage == "ready":
+            if tty:
+                sys.stderr.write("\r\x1b[K")
+            return
+        last["stage"], last["pct"] = stage, pct
+        if tty:
+            sys.stderr.write(f"\r\x1b[K{stage} {pct:3d}%")
+        else:
+            sys.stderr.write(f"{stage} {pct}%\n")
+        sys.stderr.flush()
+
+    return report
+
+
+def trace_line(ev: Any) -> str:
+    """One ``--trace`` line for a :class:`StepVerified` event."""
+    marks = []
+    for i, t in enumerate(ev.proposed):
+        mark = "✓" if i < ev.n_accepted else "✗"
+        marks.append(f"{t.text!r}{mark}")
+    proposal = "[" + " ".join(marks) + "]" if marks else "[]"
+    commit = f"{ev.commit_kind} {ev.committed.text!r}" if ev.committed else ev.commit_kind
+    return (
+        f"step {ev.index:4d}  {ev.sync.label():<16} k={ev.k} {proposal} +{commit}  "
+        f"n_past {ev.n_past_before}->{ev.n_past_after}  "
+        f"sync {ev.sync_ms:.1f}ms draft {ev.draft_ms:.1f}ms verify {ev.verify_ms:.1f}ms"
+        + (f"  ({ev.k_reason})" if ev.k_reason and ev.k_reason != "fixed" else "")
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .engine.loader import load_speculator
+
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    cfg = config_from_args(args)
+    spec = cfg.engine_spec()
+    gen = cfg.generation()
+    speculator = load_speculator(spec, _stderr_progress())
+    messages = []
+    system = cfg.get("generation", "system_prompt")
+    if system:
+        messages.append({"role": "system", "content": system})
+    messages.append({"role": "user", "content": prompt})
+    cancel = threading.Event()
+    finish = None
+    out = sys.stdout
+    try:
+        for ev in speculator.run(messages, gen, cancel):
+            if args.json:
+                out.write(json.dumps(ev.to_dict(), ensure_ascii=False) + "\n")
+                out.flush()
+            elif ev.type == "step" and ev.text:
+                out.write(ev.text)
+                out.flush()
+            if args.trace and ev.type == "step":
+                sys.stderr.write(trace_line(ev) + "\n")
+            if ev.type == "finish":
+                finish = ev
+    except KeyboardInterrupt:
+        cancel.set()
+        out.write("\n")
+        return EXIT_INTERRUPTED
+    finally:
+        speculator.close()
+    if finish is None:
+        return EXIT_FAILED
+    if not args.json:
+        out.write(finish.tail + "\n")
+    if args.trace or args.stats:
+        sys.stderr.write(
+            f"[{finish.reason}] {finish.n_tokens} tokens in {finish.n_steps} steps, "
+            f"{finish.tokens_per_second:.1f} tok/s, acceptance {finish.acceptance_rate:.1%}, "
+            f"mean accepted length {finish.mean_accepted_length:.2f}\n"
+        )
+    if finish.reason == "error":
+        sys.stderr.write(f"skippy-tui: error: {finish.error}\n")
+        return EXIT_FAILED
+    if finish.reason == "context_full" and finish.error:
+        sys.stderr.write(f"skippy-tui: {finish.error}\n")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="skippy-tui",
+        description="Chat with a local LLM through speculative decoding, and watch the draft at work.",
+    )
+    p.add_argument("--version", action="version", version=f"skippy-tui {__version__}")
+    p.add_argument("--print-config-path", action="store_true", help="print where the config file is read from")
+    add_model_flags(p)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    r = sub.add_parser("run", help="generate one reply headless, streamed to stdout")
+    r.add_argument("prompt", help="the user message ('-' reads stdin)")
+    r.add_argument("--trace", action="store_true", default=False, help="one line per speculation step on stderr")
+    r.add_argument("--json", action="store_true", default=False, help="every event as one JSON line on stdout")
+    r.add_argument("--stats", action="store_true", default=False, help="print totals on stderr at the end")
+    add_model_flags(r, sub=True)
+    r.set_defaults(func=cmd_run)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.print_config_path:
+        print(config_path())
+        return 0
+    func = getattr(args, "func", None)
+    try:
+        if func is None:
+            from .ui.launch import run_app
+
+            return run_app(args)
+        return func(args)
+    except ConfigError as e:
+        sys.stderr.write(f"skippy-tui: config error: {e}\n")
+        return EXIT_USAGE
+    except SkippyError as e:
+        sys.stderr.write(f"skippy-tui: error: {e}\n")
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        sys.stderr.write("\nskippy-tui: interrupted\n")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

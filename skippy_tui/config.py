@@ -1,0 +1,213 @@
+"""The TOML config: where it lives, what it may hold, and how it becomes settings.
+
+The file is optional (``skippy-tui --print-config-path`` shows where it is
+looked for; ``--config PATH`` picks another). Every key has a default, listed
+in ``config.example.toml``. Unknown keys and bad values are refused with the
+file, the key, the value and what is allowed. CLI flags override the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+import tomli as _toml
+
+from .engine.errors import BoundsError, SkippyError
+from .engine.loader import EngineSpec
+from .engine.native import LoadParams
+from .engine.sampling import SamplingParams
+from .engine.settings import GenerationSettings, ModelSpec, SpeculationSettings, draft_load_params
+
+APP = "skippy-tui"
+
+
+class ConfigError(SkippyError):
+    """The config file is unreadable, not TOML, or holds a bad key or value."""
+
+
+def config_path() -> Path:
+    """Default config file: ``<user config dir>/skippy-tui/config.toml``."""
+    return Path(platformdirs.user_config_dir(APP)) / "config.toml"
+
+
+def cache_dir() -> Path:
+    """Derived models and the GGUF header cache (``SKIPPY_TUI_CACHE_DIR`` overrides)."""
+    import os
+
+    env = os.environ.get("SKIPPY_TUI_CACHE_DIR")
+    return Path(env) if env else Path(platformdirs.user_cache_dir(APP))
+
+
+def data_dir() -> Path:
+    """Transcripts and UI state."""
+    return Path(platformdirs.user_data_dir(APP))
+
+
+_MODEL_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(LoadParams)}
+_MODEL_DEFAULTS["device"] = ""
+_TARGET_KEYS: dict[str, Any] = {"path": "", "chat_template": "", **_MODEL_DEFAULTS}
+_DRAFT_KEYS: dict[str, Any] = {"path": "", "enabled": True, **{k: None for k in _MODEL_DEFAULTS}}
+
+SCHEMA: dict[str, dict[str, Any]] = {
+    "target": _TARGET_KEYS,
+    "draft": _DRAFT_KEYS,
+    "speculation": {"enabled": True, "n_draft": 4, "n_min": 0, "p_min": 0.0, "source": "model"},
+    "sampling": {"temperature": 0.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "seed": 0},
+    "generation": {"max_tokens": 512, "stop": [], "system_prompt": ""},
+    "ui": {"theme": "skippy-dark", "color_origin": False, "autosave": False, "transcript_dir": ""},
+}
+
+
+def _type_name(v: Any) -> str:
+    return {bool: "true/false", int: "an integer", float: "a number", str: "a string", list: "a list"}.get(
+        type(v), type(v).__name__
+    )
+
+
+@dataclass
+class Config:
+    """The merged config: defaults, then the file, then CLI overrides.
+
+    ``values[section][key]``; ``source`` is the file it came from (or None).
+    """
+
+    values: dict[str, dict[str, Any]] = field(default_factory=lambda: {s: dict(v) for s, v in SCHEMA.items()})
+    source: Path | None = None
+    present: set[str] = field(default_factory=set)
+
+    def get(self, section: str, key: str) -> Any:
+        return self.values[section][key]
+
+    def set(self, section: str, key: str, value: Any) -> None:
+        """Override one key (CLI flags), checked like a file value."""
+        self.values[section][key] = _check_value(self.source, section, key, value)
+        self.present.add(f"{section}.{key}")
+
+    # -- turning it into engine settings -----------------------------------------
+
+    def engine_spec(self) -> EngineSpec:
+        """Target/draft/speculation settings.
+
+        Raises:
+            ConfigError: a value is out of its bounds (names file and key).
+        """
+        with self._located():
+            t = self.values["target"]
+            t_load = LoadParams(**{k: (t[k] or None) if k == "device" else t[k] for k in _MODEL_DEFAULTS})
+            target = ModelSpec(Path(t["path"]).expanduser() if t["path"] else None, t_load, t["chat_template"] or None)
+            d = self.values["draft"]
+            overrides = {k: d[k] for k in _MODEL_DEFAULTS if d[k] is not None}
+            if "device" in overrides:
+                overrides["device"] = overrides["device"] or None
+            draft = None
+            if d["path"]:
+                draft = ModelSpec(Path(d["path"]).expanduser(), draft_load_params(t_load, overrides))
+            elif target.path is None:
+                draft = ModelSpec(None, draft_load_params(t_load, overrides))
+            use_draft = bool(d["enabled"]) and (draft is not None)
+            sp = self.values["speculation"]
+            speculation = SpeculationSettings(
+                enabled=bool(sp["enabled"]) and use_draft,
+                n_draft=sp["n_draft"],
+                n_min=sp["n_min"],
+                p_min=float(sp["p_min"]),
+                source=sp["source"],
+            )
+            return EngineSpec(target, draft, speculation, cache_dir(), use_draft=use_draft)
+
+    def generation(self) -> GenerationSettings:
+        """Sampling, max tokens and stop strings.
+
+        Raises:
+            ConfigError: a value is out of its bounds.
+        """
+        with self._located():
+            s = self.values["sampling"]
+            g = self.values["generation"]
+            sampling = SamplingParams(
+                temperature=float(s["temperature"]),
+                top_k=s["top_k"],
+                top_p=float(s["top_p"]),
+                min_p=float(s["min_p"]),
+                seed=s["seed"],
+            )
+            return GenerationSettings(sampling, g["max_tokens"], tuple(g["stop"]))
+
+    def _located(self) -> _Locate:
+        return _Locate(self.source)
+
+
+class _Locate:
+    """Re-raise a BoundsError as a ConfigError that names the file."""
+
+    def __init__(self, source: Path | None) -> None:
+        self.source = source
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, et: Any, e: Any, tb: Any) -> None:
+        if isinstance(e, BoundsError):
+            where = f"{self.source}: " if self.source else ""
+            raise ConfigError(f"{where}{e}") from e
+
+
+def _check_value(source: Path | None, section: str, key: str, value: Any) -> Any:
+    default = SCHEMA[section][key]
+    where = f"{source}: " if source else ""
+    if default is None:  # draft overrides: typed like the target key
+        if value is None:
+            return None
+        default = _TARGET_KEYS[key]
+    ok = isinstance(value, type(default)) and not (isinstance(value, bool) and not isinstance(default, bool))
+    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+        ok, value = True, float(value)
+    if section == "speculation" and key == "n_draft" and value == "auto":
+        ok = True
+    if isinstance(default, list) and ok and not all(isinstance(x, str) for x in value):
+        ok = False
+    if not ok:
+        allowed = _type_name(default)
+        if section == "speculation" and key == "n_draft":
+            allowed = 'an integer or "auto"'
+        raise ConfigError(f"{where}[{section}] {key} = {value!r} is not allowed: expected {allowed}")
+    return value
+
+
+def load_config(path: Path | None = None) -> Config:
+    """Read the config file (``path``, else the default location if it exists).
+
+    Raises:
+        ConfigError: unreadable file, TOML syntax error, unknown section or key,
+            or a value of the wrong type.
+    """
+    explicit = path is not None
+    path = Path(path).expanduser() if path is not None else config_path()
+    cfg = Config(source=path if path.is_file() else None)
+    if not path.is_file():
+        if explicit:
+            raise ConfigError(f"config file not found: {path}")
+        return cfg
+    try:
+        raw = _toml.loads(path.read_text("utf-8"))
+    except OSError as e:
+        raise ConfigError(f"cannot read config {path}: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text ({e.reason})") from e
+    except _toml.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: invalid TOML: {e}") from e
+    for section, table in raw.items():
+        if section not in SCHEMA:
+            raise ConfigError(f"{path}: unknown section [{section}]; known: {', '.join(SCHEMA)}")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: {section} must be a table ([{section}])")
+        for key, value in table.items():
+            if key not in SCHEMA[section]:
+                raise ConfigError(f"{path}: unknown key [{section}] {key}; allowed: {', '.join(SCHEMA[section])}")
+            cfg.values[section][key] = _check_value(path, section, key, value)
+            cfg.present.add(f"{section}.{key}")
+    return cfg
