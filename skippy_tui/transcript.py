@@ -1,0 +1,280 @@
+"""Transcripts: a conversation with every engine event, saved as JSON and Markdown.
+
+The JSON file is the record (messages, every step event in the engine's own
+``to_dict`` shape, both models' GGUF metadata, the config, versions); the
+Markdown file is the same conversation for reading, with per-reply stats.
+``Transcript.from_dict(t.to_dict()) == t``, so a saved transcript reloads
+equal. Files are written atomically (temporary file in the same folder,
+fsync, rename) in UTF-8. No UI imports here: the app, ``skippy-tui replay``
+and tests all use this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import secrets
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .engine.errors import SkippyError
+from .engine.events import Event, ReplyFinished, ReplyStarted, StepVerified, TextSpan, event_from_dict
+from .engine.stats import AcceptanceStats
+
+FORMAT = "skippy-tui-transcript"
+FORMAT_VERSION = 1
+
+
+class TranscriptError(SkippyError):
+    """A transcript file is missing, unreadable, not JSON, or not a transcript."""
+
+
+@dataclass
+class Entry:
+    """One chat message; an assistant reply also holds the events that made it."""
+
+    role: str
+    content: str
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def started(self) -> ReplyStarted | None:
+        return next((e for e in self.events if isinstance(e, ReplyStarted)), None)
+
+    @property
+    def steps(self) -> list[StepVerified]:
+        return [e for e in self.events if isinstance(e, StepVerified)]
+
+    @property
+    def finish(self) -> ReplyFinished | None:
+        return next((e for e in reversed(self.events) if isinstance(e, ReplyFinished)), None)
+
+    def spans(self) -> list[TextSpan]:
+        """The reply's text by origin (draft/target), tail included."""
+        out = [s for st in self.steps for s in st.delta]
+        fin = self.finish
+        if fin is not None and fin.tail:
+            out.append(TextSpan(fin.tail, "target"))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.events:
+            d["events"] = [e.to_dict() for e in self.events]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Entry:
+        return cls(str(d["role"]), str(d["content"]), [event_from_dict(e) for e in d.get("events", [])])
+
+
+@dataclass
+class Transcript:
+    """A conversation and where it came from."""
+
+    entries: list[Entry] = field(default_factory=list)
+    system_prompt: str = ""
+    models: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    created: str = ""
+
+    def engine_messages(self) -> list[dict[str, str]]:
+        """What :meth:`Speculator.run` takes: system prompt (if any), then the messages."""
+        out = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return out + [{"role": e.role, "content": e.content} for e in self.entries]
+
+    def replies(self) -> list[Entry]:
+        return [e for e in self.entries if e.role == "assistant"]
+
+    # -- JSON ------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "created": self.created,
+            "versions": self.versions,
+            "models": self.models,
+            "config": self.config,
+            "system_prompt": self.system_prompt,
+            "messages": [e.to_dict() for e in self.entries],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Transcript:
+        """Rebuild from :meth:`to_dict` output.
+
+        Raises:
+            TranscriptError: not a transcript, or a newer format, or a malformed event.
+        """
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise TranscriptError('not a skippy-tui transcript (no "format": "skippy-tui-transcript")')
+        if d.get("format_version", 0) > FORMAT_VERSION:
+            raise TranscriptError(
+                f"transcript format {d['format_version']} is newer than this skippy-tui reads ({FORMAT_VERSION})"
+            )
+        try:
+            entries = [Entry.from_dict(m) for m in d.get("messages", [])]
+        except (KeyError, TypeError, ValueError) as e:
+            raise TranscriptError(f"malformed message in transcript: {e}") from e
+        return cls(
+            entries=entries,
+            system_prompt=str(d.get("system_prompt", "")),
+            models=dict(d.get("models") or {}),
+            config=dict(d.get("config") or {}),
+            versions=dict(d.get("versions") or {}),
+            created=str(d.get("created", "")),
+        )
+
+    # -- Markdown --------------------------------------------------------------------
+
+    def to_markdown(self) -> str:
+        lines = [f"# skippy-tui transcript — {self.created or 'unsaved'}", ""]
+        for role in ("target", "draft"):
+            m = self.models.get(role)
+            if m:
+                lines.append(f"- **{role}**: {m.get('name', '?')} ({m.get('file_type', '?')}), `{m.get('path', '')}`")
+        if self.models.get("backend"):
+            lines.append(f"- **backend**: {self.models['backend']}")
+        if self.system_prompt:
+            lines += ["", "## System", "", self.system_prompt]
+        for e in self.entries:
+            lines += ["", f"## {'You' if e.role == 'user' else e.role.capitalize()}", "", e.content]
+            if e.role == "assistant" and e.finish is not None:
+                lines += ["", f"> {reply_summary(e.finish)}"]
+        return "\n".join(lines).rstrip() + "\n"
+
+    # -- files -----------------------------------------------------------------------
+
+    def save(self, json_path: Path) -> tuple[Path, Path]:
+        """Write ``json_path`` and the ``.md`` beside it, atomically. Returns both paths.
+
+        Raises:
+            TranscriptError: the folder cannot be created or written.
+        """
+        json_path = Path(json_path)
+        md_path = json_path.with_suffix(".md")
+        if not self.created:
+            self.created = now_iso()
+        try:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(json_path, json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n")
+            atomic_write_text(md_path, self.to_markdown())
+        except OSError as e:
+            raise TranscriptError(f"cannot write transcript {json_path}: {e.strerror or e}") from e
+        return json_path, md_path
+
+    @classmethod
+    def load(cls, path: Path) -> Transcript:
+        """Read a saved ``.json`` transcript.
+
+        Raises:
+            TranscriptError: missing, unreadable, not JSON, or not a transcript.
+        """
+        path = Path(path).expanduser()
+        try:
+            text = path.read_text("utf-8")
+        except FileNotFoundError:
+            raise TranscriptError(f"transcript not found: {path}") from None
+        except OSError as e:
+            raise TranscriptError(f"cannot read transcript {path}: {e.strerror or e}") from e
+        except UnicodeDecodeError as e:
+            raise TranscriptError(f"{path}: not UTF-8 text ({e.reason})") from e
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise TranscriptError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from e
+        try:
+            return cls.from_dict(data)
+        except TranscriptError as e:
+            raise TranscriptError(f"{path}: {e}") from e
+
+
+def reply_summary(fin: ReplyFinished) -> str:
+    """One line of per-reply stats (Markdown transcript, chat pane)."""
+    parts = [f"{fin.n_tokens} tokens", f"{fin.n_steps} steps"]
+    if fin.n_drafted:
+        parts += [f"acceptance {fin.acceptance_rate:.1%}", f"mean accepted length {fin.mean_accepted_length:.2f}"]
+    parts += [f"{fin.tokens_per_second:.1f} tok/s", f"finished: {fin.reason}"]
+    if fin.error:
+        parts.append(fin.error)
+    return " · ".join(parts)
+
+
+def reply_stats(events: list[Event]) -> AcceptanceStats:
+    """Acceptance totals of one reply, from its events.
+
+    Per-step time is sync + draft + verify while streaming; once the reply has
+    finished, its exact token count and generation time replace the estimates.
+    """
+    stats = AcceptanceStats()
+    for ev in events:
+        if isinstance(ev, StepVerified):
+            stats.add_step(
+                len(ev.proposed),
+                ev.n_accepted,
+                ev.n_committed,
+                step_ms=ev.sync_ms + ev.draft_ms + ev.verify_ms,
+                sync_ms=ev.sync_ms,
+                draft_ms=ev.draft_ms,
+                verify_ms=ev.verify_ms,
+            )
+        elif isinstance(ev, ReplyFinished):
+            stats.n_tokens = ev.n_tokens
+            stats.generation_ms = ev.generation_ms
+    return stats
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+def versions() -> dict[str, str]:
+    """Versions worth recording with a transcript."""
+    out = {"python": platform.python_version()}
+    for dist in ("skippy-tui", "llama-cpp-python", "textual", "gguf"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` so a reader sees the old file or the new, never half.
+
+    Raises:
+        OSError: the folder is not writable.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    # not mkstemp: its 0600 would stick; 0666 minus the umask is what a plain open() gives
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def new_transcript_path(folder: Path) -> Path:
+    """A fresh ``chat-YYYYmmdd-HHMMSS.json`` name in ``folder`` (suffixed if taken)."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = Path(folder) / f"chat-{stamp}.json"
+    n = 2
+    while path.exists() or path.with_suffix(".md").exists():
+        path = Path(folder) / f"chat-{stamp}-{n}.json"
+        n += 1
+    return path

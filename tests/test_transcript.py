@@ -1,0 +1,129 @@
+"""Transcripts: JSON round trip, Markdown, atomic UTF-8 writes, clear errors (no models needed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from skippy_tui.engine.events import ReplyFinished, StepVerified
+from skippy_tui.transcript import (
+    Entry,
+    Transcript,
+    TranscriptError,
+    atomic_write_text,
+    new_transcript_path,
+    reply_stats,
+)
+
+CHAT_JSON = Path(__file__).parent / "ui" / "fixtures" / "chat.json"
+
+
+def test_fixture_loads_with_every_event_typed() -> None:
+    t = Transcript.load(CHAT_JSON)
+    assert [e.role for e in t.entries] == ["user", "assistant", "user", "assistant"]
+    reply = t.entries[1]
+    assert isinstance(reply.finish, ReplyFinished) and reply.started is not None
+    assert all(isinstance(s, StepVerified) for s in reply.steps) and reply.steps
+    assert "".join(s.text for s in reply.spans()) == reply.finish.text == reply.content
+    assert t.models["target"]["file_type"] == "F32" and t.models["draft"]["file_type"] == "Q4_1"
+    assert t.versions["textual"] and t.config["generation"]["max_tokens"] == 32
+
+
+def test_round_trip_is_equal(tmp_path: Path) -> None:
+    t = Transcript.load(CHAT_JSON)
+    t.entries.append(Entry("user", "Ünïcödé ✓ — 日本語 \U0001f600"))
+    json_path, md_path = t.save(tmp_path / "deep" / "chat.json")
+    again = Transcript.load(json_path)
+    assert again == t
+    assert again.to_dict() == t.to_dict()
+    raw = json_path.read_bytes().decode("utf-8")
+    assert "日本語" in raw  # UTF-8, not \\u escapes
+    assert md_path.read_text("utf-8").count("## You") == 3
+
+
+def test_engine_messages_include_the_system_prompt() -> None:
+    t = Transcript([Entry("user", "hi"), Entry("assistant", "hello")], system_prompt="Be brief.")
+    assert t.engine_messages() == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+    ]
+    assert Transcript([Entry("user", "hi")]).engine_messages() == [{"role": "user", "content": "hi"}]
+
+
+def test_markdown_has_models_and_per_reply_stats() -> None:
+    md = Transcript.load(CHAT_JSON).to_markdown()
+    assert "**target**: " in md and "(F32)" in md and "(Q4_1)" in md
+    assert md.count("> 32 tokens · 8 steps · acceptance") == 2
+    assert "finished: max_tokens" in md
+
+
+def test_reply_stats_match_the_recorded_totals() -> None:
+    reply = Transcript.load(CHAT_JSON).entries[1]
+    stats = reply_stats(reply.events)
+    fin = reply.finish
+    assert stats.n_steps == fin.n_steps and stats.n_drafted == fin.n_drafted
+    assert stats.n_accepted == fin.n_accepted and stats.n_tokens == fin.n_tokens
+    assert stats.acceptance_rate == pytest.approx(fin.acceptance_rate)
+    assert stats.per_position == pytest.approx(fin.per_position)
+    assert stats.tokens_per_second == pytest.approx(fin.tokens_per_second, rel=1e-6)
+
+
+def test_atomic_write_replaces_whole_file_with_normal_permissions(tmp_path: Path) -> None:
+    path = tmp_path / "f.md"
+    path.write_text("old", "utf-8")
+    atomic_write_text(path, "new ✓")
+    assert path.read_text("utf-8") == "new ✓"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.md"]  # no temporary file left
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
+
+
+def test_atomic_write_leaves_no_temp_file_on_failure(tmp_path: Path) -> None:
+    with pytest.raises(OSError):
+        atomic_write_text(tmp_path / "missing-dir" / "f.json", "x")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "transcript not found"),
+        ("{not json", "not JSON"),
+        ('{"format": "something-else"}', "not a skippy-tui transcript"),
+        ('{"format": "skippy-tui-transcript", "format_version": 99}', "newer than this skippy-tui reads"),
+        ('{"format": "skippy-tui-transcript", "messages": [{"role": "user"}]}', "malformed message"),
+        (
+            '{"format": "skippy-tui-transcript", "messages": [{"role": "assistant", "content": "", '
+            '"events": [{"type": "nope"}]}]}',
+            "unknown event type",
+        ),
+    ],
+)
+def test_load_errors_are_one_line(tmp_path: Path, content: str | None, message: str) -> None:
+    path = tmp_path / "t.json"
+    if content is not None:
+        path.write_text(content, "utf-8")
+    with pytest.raises(TranscriptError) as e:
+        Transcript.load(path)
+    assert message in str(e.value) and "\n" not in str(e.value) and str(path) in str(e.value)
+
+
+def test_new_names_never_collide(tmp_path: Path) -> None:
+    first = new_transcript_path(tmp_path)
+    first.write_text("{}", "utf-8")
+    second = new_transcript_path(tmp_path)
+    assert second != first and second.suffix == ".json"
+
+
+def test_saved_file_is_plain_json_with_event_types(tmp_path: Path) -> None:
+    t = Transcript.load(CHAT_JSON)
+    path, _ = t.save(tmp_path / "c.json")
+    data = json.loads(path.read_text("utf-8"))
+    types = [ev["type"] for ev in data["messages"][1]["events"]]
+    assert types[0] == "reply_started" and types[-1] == "finish" and set(types[1:-1]) == {"step"}
