@@ -198,6 +198,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    from .ui.launch import run_replay
+
+    return run_replay(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="skippy-tui",
@@ -214,6 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--stats", action="store_true", default=False, help="print totals on stderr at the end")
     add_model_flags(r, sub=True)
     r.set_defaults(func=cmd_run)
+    rp = sub.add_parser("replay", help="open the app on a saved transcript and its recorded steps, no models")
+    rp.add_argument("file", type=Path, metavar="FILE.json", help="a transcript saved by the app")
+    rp.add_argument(
+        "--continue", dest="continue_", action="store_true", default=False,
+        help="also load the configured models, to continue the conversation",
+    )  # fmt: skip
+    add_model_flags(rp, sub=True)
+    rp.set_defaults(func=cmd_replay)
     return p
 
 

@@ -1,0 +1,719 @@
+"""The Textual app: chat pane, speculation panel, status bar, actions.
+
+Flow: a thread worker loads the models, another runs :meth:`Speculator.run`
+and posts every event as an :class:`EngineEvent` message. Steps queue up in
+``_pending`` and a 20 Hz timer applies them in one batch (Markdown stream,
+timeline rows, stats, status), so a fast backend never floods the UI; text is
+never dropped. ``ReplyFinished`` flushes the queue first, then ends the reply.
+Esc sets the reply's cancel event (the engine checks it between steps); quit
+sets it, aborts a native decode in flight, and exits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Label, ProgressBar, Static
+from textual.worker import Worker, WorkerState
+
+from ..config import Config, ConfigError, config_path, data_dir
+from ..engine.errors import SkippyError
+from ..engine.events import ReplyFinished, ReplyStarted, StepVerified
+from ..engine.sampling import SamplingParams
+from ..engine.settings import GenerationSettings
+from ..engine.stats import AcceptanceStats
+from ..transcript import Entry, Transcript, TranscriptError, new_transcript_path, reply_stats, versions
+from .chat import AssistantMessage, ChatView, MessageWidget, SystemNote, UserMessage, Welcome
+from .commands import SkippyCommands
+from .messages import EngineEvent, LoadProgress
+from .panel import SpeculationPanel
+from .prompt import HINT, PromptInput
+from .render import short_name
+from .screens import ErrorScreen, InspectorScreen, OpenTranscriptScreen, SystemPromptScreen, TuneScreen, how_to_fix
+from .themes import UiState, load_themes
+
+FLUSH_HZ = 20
+WELCOME = (
+    "Type a message below and press Enter. Replies stream here; the panel on the right shows every "
+    "speculation step: the draft's proposal, what the target accepted, and the token it added. "
+    "Select a step (Tab to the panel, then Enter) to inspect it. Ctrl+P lists every command."
+)
+
+
+class LiveGeneration:
+    """:class:`GenerationSettings` whose sampling is read afresh at every step.
+
+    The engine reads ``gen.sampling`` each time it verifies a step, so handing it
+    this object makes a temperature change apply from the next step, as
+    ``Speculator.update`` does for n_draft and p_min. Length and stop strings
+    stay fixed for the reply.
+    """
+
+    def __init__(self, base: GenerationSettings, app: SkippyApp) -> None:
+        self.max_tokens = base.max_tokens
+        self.stop = base.stop
+        self._app = app
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return self._app.sampling
+
+
+class StatusBar(Static):
+    """Models, backend, context used, tokens/s, speculation state."""
+
+
+class SkippyApp(App[None]):
+    """skippy-tui: chat through speculative decoding and watch each step."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "skippy-tui"
+    COMMANDS: ClassVar = App.COMMANDS | {SkippyCommands}
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "stop", "Stop"),
+        Binding("ctrl+n", "new_chat", "New", priority=True),
+        Binding("ctrl+r", "regenerate", "Regenerate", priority=True),
+        Binding("ctrl+l", "edit_last", "Edit last", priority=True),
+        Binding("f2", "system_prompt", "System"),
+        Binding("f3", "tune", "Tune"),
+        Binding("f4", "toggle_speculation", "Spec on/off"),
+        Binding("f5", "load_models", "Load models"),
+        Binding("ctrl+o", "toggle_origin", "Origins", priority=True),
+        Binding("ctrl+s", "save", "Save", priority=True),
+        Binding("ctrl+t", "change_theme", "Theme", priority=True),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+    ]
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        speculator: Any = None,
+        transcript: Transcript | None = None,
+        transcript_path: Path | None = None,
+        load_models: bool = True,
+        config_error: BaseException | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.speculator = speculator
+        self.owns_speculator = False  # True when this app loaded it (and so closes it)
+        self.transcript = transcript or Transcript(system_prompt=config.get("generation", "system_prompt"))
+        self.transcript_path = transcript_path
+        self.replay = transcript is not None and speculator is None and not load_models
+        self._want_load = load_models and speculator is None and config_error is None
+        self._config_error = config_error
+        self.loading = False
+        self.state = UiState.load()
+        self.sampling = SamplingParams()
+        self.generation = GenerationSettings()
+        try:
+            gen = config.generation()
+            self.generation, self.sampling = gen, gen.sampling
+        except ConfigError as e:
+            self._config_error = self._config_error or e
+            self._want_load = False
+        self.session_stats = AcceptanceStats()
+        self.color_origin = bool(config.get("ui", "color_origin"))
+        # the reply in flight
+        self.generating = False
+        self._reply_id = 0
+        self._cancel = threading.Event()
+        self._current: AssistantMessage | None = None
+        self._current_entry: Entry | None = None
+        self._live_stats = AcceptanceStats()
+        self._pending: list[StepVerified] = []
+        self._forget_next = False
+        self._editing: int | None = None  # entry index of the user message being edited
+        self._shown: AssistantMessage | None = None  # reply shown in the panel
+        self._n_past = 0
+        self._n_ctx = 0
+        self._theme_errors: list[str] = []
+
+    # -- layout -------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="main"):
+            with Vertical(id="chat-column"):
+                with Horizontal(id="loading"):
+                    yield Label("", id="loading-label")
+                    yield ProgressBar(total=100, show_eta=False, id="loading-bar")
+                yield ChatView(id="chat", classes="-origin" if self.color_origin else "")
+                yield PromptInput(history=self.state.history, id="prompt")
+            yield SpeculationPanel(id="panel")
+        yield StatusBar(id="status")
+        yield Footer(compact=True)
+
+    @property
+    def chat(self) -> ChatView:
+        return self.query_one(ChatView)
+
+    @property
+    def panel(self) -> SpeculationPanel:
+        return self.query_one(SpeculationPanel)
+
+    @property
+    def prompt(self) -> PromptInput:
+        return self.query_one(PromptInput)
+
+    async def on_mount(self) -> None:
+        themes, self._theme_errors = load_themes()
+        for theme in themes:
+            self.register_theme(theme)
+        wanted = self.state.theme_for(self.config.get("ui", "theme"))
+        if wanted not in self.available_themes:
+            self._theme_errors.append(f"theme {wanted!r} not found; using skippy-dark")
+            wanted = "skippy-dark" if "skippy-dark" in self.available_themes else "textual-dark"
+        self.theme = wanted
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
+        if self._theme_errors:
+            self.notify("\n".join(self._theme_errors), title="Skipped theme files", severity="warning", timeout=10)
+        self.query_one("#loading").display = False
+        await self._show_transcript()
+        self.set_interval(1 / FLUSH_HZ, self._flush)
+        self.prompt.focus()
+        if self.speculator is not None:
+            self._loaded(self.speculator)
+        elif self._config_error is not None:
+            self._show_error("The config has a problem", self._config_error)
+        elif self._want_load:
+            self.action_load_models()
+        self._update_status()
+
+    def _theme_changed(self, theme: Any) -> None:
+        self.state.theme = theme.name
+        self.state.config_theme = self.config.get("ui", "theme")
+        self.state.save()
+        self.panel.restyle()
+        for msg in self.chat.query(AssistantMessage):
+            msg.refresh_origin(force=True)
+
+    def get_system_commands(self, screen: Screen):
+        # Theme and Quit are in SkippyCommands with their keys; keep the rest.
+        for cmd in super().get_system_commands(screen):
+            if cmd.title not in ("Theme", "Quit"):
+                yield cmd
+
+    def key_for(self, action: str) -> str:
+        for b in self.BINDINGS:
+            if isinstance(b, Binding) and b.action == action and b.show:
+                return self.get_key_display(b)
+        return ""
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "load_models":
+            return self.speculator is None and not self.loading
+        if action == "stop":
+            return True
+        if action in ("regenerate", "edit_last", "new_chat") and self.generating:
+            return None
+        return True
+
+    # -- loading ------------------------------------------------------------------------
+
+    def action_load_models(self) -> None:
+        if self.speculator is not None or self.loading:
+            return
+        try:
+            spec = self.config.engine_spec()
+        except ConfigError as e:
+            self._show_error("The config has a problem", e)
+            return
+        self.loading = True
+        self.query_one("#loading").display = True
+        self.query_one("#loading-label", Label).update("checking models…")
+        self.refresh_bindings()
+        self._load(spec)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="load", name="load")
+    def _load(self, spec: Any) -> Any:
+        from ..engine.loader import load_speculator
+
+        return load_speculator(spec, lambda stage, f: self.post_message(LoadProgress(stage, f)))
+
+    def on_load_progress(self, msg: LoadProgress) -> None:
+        if not self.loading:
+            return
+        self.query_one("#loading-label", Label).update(msg.stage)
+        self.query_one("#loading-bar", ProgressBar).update(progress=round(msg.fraction * 100))
+
+    def _loaded(self, speculator: Any) -> None:
+        self.speculator = speculator
+        self.loading = False
+        self.replay = False
+        self.query_one("#loading").display = False
+        self._n_ctx = speculator.n_ctx
+        self._n_past = speculator.n_past
+        self._update_status()
+        self.refresh_bindings()
+
+    @on(Worker.StateChanged)
+    def _worker_changed(self, event: Worker.StateChanged) -> None:
+        worker, state = event.worker, event.state
+        if worker.group == "load":
+            if state == WorkerState.SUCCESS:
+                self.owns_speculator = True
+                self._loaded(worker.result)
+                self.notify("Models loaded. Type a message and press Enter.", timeout=4)
+            elif state in (WorkerState.ERROR, WorkerState.CANCELLED):
+                self.loading = False
+                self.query_one("#loading").display = False
+                self.refresh_bindings()
+                if state == WorkerState.ERROR:
+                    self._show_error("Could not load the models", worker.error)
+        elif worker.group == "generate" and state == WorkerState.ERROR and self.generating:
+            # an unexpected exception in the engine thread (SkippyErrors arrive as ReplyFinished)
+            error = worker.error
+            self._pending.clear()
+            self.generating = False
+            if self._current is not None:
+                self._current.add_class("-error")
+                self._current.border_subtitle = f"failed: {error}"
+            self.notify(f"{type(error).__name__}: {error}", title="Generation failed", severity="error")
+            self.refresh_bindings()
+
+    def _show_error(self, title: str, error: BaseException | None) -> None:
+        message = str(error) if isinstance(error, SkippyError) else f"{type(error).__name__}: {error}"
+        fix = how_to_fix(error, str(self.config.source or config_path())) if error else ""
+
+        def done(choice: str | None) -> None:
+            if choice == "quit":
+                self.exit(return_code=1)
+
+        self.push_screen(ErrorScreen(title, message, fix), done)
+
+    # -- conversation display -------------------------------------------------------------
+
+    async def _show_transcript(self) -> None:
+        chat = self.chat
+        await chat.remove_children()
+        widgets: list[Any] = []
+        if self.transcript.system_prompt:
+            widgets.append(SystemNote(f"system: {self.transcript.system_prompt}", markup=False))
+        for e in self.transcript.entries:
+            widgets.append(AssistantMessage(e) if e.role == "assistant" else UserMessage(e))
+        if not self.transcript.entries:
+            widgets.append(Welcome(WELCOME, markup=False))
+        if widgets:
+            await chat.mount_all(widgets)
+        self.session_stats = AcceptanceStats()
+        for e in self.transcript.replies():
+            self.session_stats.merge(reply_stats(e.events))
+        self.panel.set_session(self.session_stats)
+        replies = list(chat.query(AssistantMessage))
+        if replies:
+            self._show_in_panel(replies[-1])
+        else:
+            self.panel.show_reply("no reply yet", [], AcceptanceStats())
+        chat.scroll_end(animate=False)
+
+    def _show_in_panel(self, msg: AssistantMessage) -> None:
+        replies = list(self.chat.query(AssistantMessage))
+        n = replies.index(msg) + 1 if msg in replies else len(replies)
+        for r in replies:
+            r.set_class(r is msg, "-shown")
+        self._shown = msg
+        steps = msg.entry.steps
+        title = f"reply {n} of {len(replies)} · {len(steps)} steps"
+        started = msg.entry.started
+        if started is not None:
+            title += f" · prompt {started.n_prompt} tok · {started.target_sync.label()}"
+        self.panel.show_reply(title, steps, reply_stats(msg.entry.events))
+
+    @on(AssistantMessage.Selected)
+    def _select_reply(self, event: AssistantMessage.Selected) -> None:
+        if event.message is not self._current:
+            self._show_in_panel(event.message)
+
+    @on(SpeculationPanel.InspectStep)
+    def _inspect(self, event: SpeculationPanel.InspectStep) -> None:
+        if event.steps:
+            self.push_screen(InspectorScreen(event.steps, event.index))
+
+    def _update_status(self) -> None:
+        parts: list[str] = []
+        spec = self.speculator
+        if spec is not None:
+            from ..engine.native import backend_name
+
+            t, d = spec.target_info, spec.draft_info
+            parts.append(f"target {short_name(t.name)} {t.file_type}" if t else "target ?")
+            parts.append(f"draft {short_name(d.name)} {d.file_type}" if d else "no draft")
+            parts.append(backend_name())
+            parts.append(f"ctx {self._n_past}/{self._n_ctx or spec.n_ctx}")
+            tps = self._live_stats.tokens_per_second if self.generating else self._last_tps()
+            parts.append(f"{tps:.1f} tok/s")
+            s = spec.speculation
+            on_ = s.enabled and spec.drafter is not None
+            parts.append(f"spec {'on' if on_ else 'off'}" + (f" k={s.n_draft} p_min={s.p_min:g}" if on_ else ""))
+            parts.append(f"T={self.sampling.temperature:g}")
+        else:
+            models = self.transcript.models
+            if self.replay or models:
+                name = self.transcript_path.name if self.transcript_path else "transcript"
+                parts.append(f"replay {name}")
+                for role in ("target", "draft"):
+                    m = models.get(role)
+                    if m:
+                        parts.append(f"{role} {short_name(m.get('name', '?'))} {m.get('file_type', '')}")
+                if models.get("backend"):
+                    parts.append(f"recorded on {models['backend']}")
+            parts.append("loading models…" if self.loading else "no models loaded (f5 loads them)")
+        self.query_one(StatusBar).update(" │ ".join(parts))
+
+    def _last_tps(self) -> float:
+        for e in reversed(self.transcript.entries):
+            if e.finish is not None:
+                return e.finish.tokens_per_second
+        return 0.0
+
+    # -- sending and generating -------------------------------------------------------------
+
+    @on(PromptInput.Submitted)
+    async def _submitted(self, event: PromptInput.Submitted) -> None:
+        text = event.text.strip()
+        if not text:
+            return
+        if self.generating:
+            self.notify("A reply is still being generated: wait, or press Esc to stop it.", severity="warning")
+            return
+        if self.speculator is None:
+            hint = "they are still loading" if self.loading else "press F5 to load them"
+            self.notify(f"No models loaded: {hint}.", severity="warning")
+            return
+        if self._editing is not None:
+            await self._truncate(self._editing)
+            self._end_edit()
+        self.prompt.remember(text)
+        self.state.history = self.prompt.recall_list
+        self.state.save()
+        self.prompt.clear()
+        for w in self.chat.query(Welcome):
+            await w.remove()
+        entry = Entry("user", text)
+        self.transcript.entries.append(entry)
+        await self.chat.mount(UserMessage(entry))
+        await self._start_reply()
+
+    async def _start_reply(self) -> None:
+        messages = self.transcript.engine_messages()
+        entry = Entry("assistant", "")
+        msg = AssistantMessage(entry)
+        await self.chat.mount(msg)
+        self.chat.anchor()
+        self.chat.scroll_end(animate=False)
+        msg.start_stream()
+        self._current, self._current_entry = msg, entry
+        self._live_stats = AcceptanceStats()
+        self._pending = []
+        self._cancel = threading.Event()
+        self._reply_id += 1
+        self.generating = True
+        replies = list(self.chat.query(AssistantMessage))
+        for r in replies:
+            r.set_class(r is msg, "-shown")
+        self._shown = msg
+        self.panel.show_reply(f"reply {len(replies)} of {len(replies)} · generating…", [], self._live_stats)
+        self.refresh_bindings()
+        forget, self._forget_next = self._forget_next, False
+        self._generate(self._reply_id, messages, LiveGeneration(self.generation, self), self._cancel, forget)
+        self._update_status()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="generate", name="generate")
+    def _generate(
+        self, reply_id: int, messages: list[dict[str, str]], gen: Any, cancel: threading.Event, forget: bool
+    ) -> None:
+        spec = self.speculator
+        if forget:
+            spec.forget()
+        for ev in spec.run(messages, gen, cancel):
+            self.post_message(EngineEvent(reply_id, ev))
+
+    async def on_engine_event(self, msg: EngineEvent) -> None:
+        if msg.reply_id != self._reply_id or self._current_entry is None:
+            return
+        ev = msg.event
+        if isinstance(ev, StepVerified):
+            self._pending.append(ev)
+        elif isinstance(ev, ReplyStarted):
+            self._current_entry.events.append(ev)
+            self._n_ctx = ev.n_ctx
+            self._n_past = ev.n_prompt
+            self.panel.set_title(
+                f"reply {len(self.chat.query(AssistantMessage))} · prompt {ev.n_prompt} tok · "
+                f"{ev.target_sync.label()} · prefill {ev.prefill_ms:.0f} ms"
+            )
+            self._update_status()
+        elif isinstance(ev, ReplyFinished):
+            await self._flush()
+            await self._finish_reply(ev)
+
+    async def _flush(self) -> None:
+        """Apply queued steps in one batch (20 Hz timer, and before a reply ends)."""
+        if not self._pending or self._current is None or self._current_entry is None:
+            return
+        steps, self._pending = self._pending, []
+        self._current_entry.events.extend(steps)
+        for st in steps:
+            self._live_stats.add_step(
+                len(st.proposed), st.n_accepted, st.n_committed,
+                step_ms=st.sync_ms + st.draft_ms + st.verify_ms,
+            )  # fmt: skip
+        self._n_past = steps[-1].n_past_after
+        await self._current.append([s for st in steps for s in st.delta])
+        if self._shown is self._current:
+            self.panel.add_steps(steps, self._live_stats)
+        self._update_status()
+
+    async def _finish_reply(self, fin: ReplyFinished) -> None:
+        msg, entry = self._current, self._current_entry
+        assert msg is not None and entry is not None
+        entry.events.append(fin)
+        entry.content = fin.text
+        self._n_past = fin.n_past
+        await msg.finish(fin, fin.text)
+        self.generating = False
+        self._current = self._current_entry = None
+        if fin.text or fin.reason not in ("error", "cancelled"):
+            self.transcript.entries.append(entry)
+            stats = reply_stats(entry.events)
+            self.session_stats.merge(stats)
+            self.panel.set_session(self.session_stats)
+            if self._shown is msg:
+                self._show_in_panel(msg)
+        else:
+            await msg.remove()
+        if fin.reason == "error":
+            self.notify(fin.error or "generation failed", title="Generation failed", severity="error", timeout=10)
+        elif fin.reason == "cancelled":
+            self.notify("Stopped.", timeout=2)
+        elif fin.reason == "context_full":
+            self.notify(fin.error or "The context window is full: start a new chat (ctrl+n).", severity="warning")
+        self.refresh_bindings()
+        self._update_status()
+        if self.config.get("ui", "autosave") and entry in self.transcript.entries:
+            self.action_save(quiet=True)
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def action_stop(self) -> None:
+        if self.generating:
+            self._cancel.set()
+        elif self._editing is not None:
+            self._end_edit()
+            self.prompt.clear()
+
+    async def action_quit(self) -> None:
+        self._cancel.set()
+        if self.generating and self.speculator is not None:
+            self.speculator.abort()
+        self.exit(return_code=0)
+
+    def _busy(self) -> bool:
+        if self.generating:
+            self.notify("Stop the reply first (Esc).", severity="warning")
+            return True
+        return False
+
+    async def _truncate(self, index: int) -> None:
+        """Drop entries ``index..`` and their widgets."""
+        dropped = self.transcript.entries[index:]
+        del self.transcript.entries[index:]
+        ids = {id(e) for e in dropped}
+        for w in list(self.chat.query(MessageWidget)):
+            if id(w.entry) in ids:
+                await w.remove()
+
+    async def action_new_chat(self) -> None:
+        if self._busy():
+            return
+        self.transcript = Transcript(system_prompt=self.transcript.system_prompt)
+        self.transcript_path = None
+        self._forget_next = True
+        self._end_edit()
+        session = self.session_stats
+        await self._show_transcript()
+        self.session_stats = session  # the session spans chats
+        self.panel.set_session(session)
+        self._n_past = 0
+        self._update_status()
+        self.prompt.focus()
+
+    async def action_regenerate(self) -> None:
+        if self._busy():
+            return
+        if self.speculator is None:
+            self.notify("No models loaded: press F5 to load them.", severity="warning")
+            return
+        entries = self.transcript.entries
+        if not entries:
+            self.notify("Nothing to regenerate yet.")
+            return
+        if entries[-1].role == "assistant":
+            await self._truncate(len(entries) - 1)
+        if not entries or entries[-1].role != "user":
+            self.notify("Nothing to regenerate yet.")
+            return
+        await self._start_reply()
+
+    def action_edit_last(self) -> None:
+        if self._busy():
+            return
+        idx = next((i for i in range(len(self.transcript.entries) - 1, -1, -1)
+                    if self.transcript.entries[i].role == "user"), None)  # fmt: skip
+        if idx is None:
+            self.notify("No message to edit yet.")
+            return
+        self._editing = idx
+        prompt = self.prompt
+        prompt.load_text(self.transcript.entries[idx].content)
+        prompt.move_cursor(prompt.document.end)
+        prompt.border_title = "editing your last message"
+        prompt.border_subtitle = "enter resends (the reply after it is replaced) · esc cancels"
+        prompt.add_class("-editing")
+        prompt.focus()
+
+    def _end_edit(self) -> None:
+        self._editing = None
+        prompt = self.prompt
+        prompt.border_title = "message"
+        prompt.border_subtitle = HINT
+        prompt.remove_class("-editing")
+
+    def action_system_prompt(self) -> None:
+        async def done(text: str | None) -> None:
+            if text is None or text == self.transcript.system_prompt:
+                return
+            self.transcript.system_prompt = text
+            for note in self.chat.query(SystemNote):
+                await note.remove()
+            if text:
+                children = self.chat.children
+                note = SystemNote(f"system: {text}", markup=False)
+                await self.chat.mount(note, before=children[0] if children else None)
+            self.notify("System prompt set: it applies from the next reply.", timeout=3)
+
+        self.push_screen(SystemPromptScreen(self.transcript.system_prompt), done)
+
+    def action_toggle_speculation(self) -> None:
+        spec = self.speculator
+        if spec is None:
+            enabled = not self.config.get("speculation", "enabled")
+            self.config.set("speculation", "enabled", enabled)
+            self.notify(f"Speculation {'on' if enabled else 'off'} when the models load.")
+            return
+        if spec.drafter is None:
+            self.notify("No draft model is loaded, so speculation stays off.", severity="warning")
+            return
+        spec.update(enabled=not spec.speculation.enabled)
+        self.notify(f"Speculation {'on' if spec.speculation.enabled else 'off'} from the next step.", timeout=2)
+        self._update_status()
+
+    def action_tune(self, focus: str = "n_draft") -> None:
+        spec = self.speculator
+        n_draft = spec.speculation.n_draft if spec is not None else self.config.get("speculation", "n_draft")
+        p_min = spec.speculation.p_min if spec is not None else self.config.get("speculation", "p_min")
+
+        def done(values: dict | None) -> None:
+            if not values:
+                return
+            try:
+                if spec is not None:
+                    spec.update(n_draft=values["n_draft"], p_min=values["p_min"])
+                else:
+                    self.config.set("speculation", "n_draft", values["n_draft"])
+                    self.config.set("speculation", "p_min", values["p_min"])
+                self.sampling = dataclasses.replace(self.sampling, temperature=values["temperature"])
+            except SkippyError as e:
+                self.notify(str(e), severity="error")
+                return
+            self.notify(
+                f"n_draft={values['n_draft']} p_min={values['p_min']:g} temperature={values['temperature']:g}"
+                " from the next step.",
+                timeout=3,
+            )
+            self._update_status()
+
+        self.push_screen(TuneScreen(n_draft, p_min, self.sampling.temperature, focus), done)
+
+    def action_toggle_origin(self) -> None:
+        self.color_origin = not self.color_origin
+        self.chat.set_class(self.color_origin, "-origin")
+        for msg in self.chat.query(AssistantMessage):
+            msg.refresh_origin(force=True)
+        self.notify(
+            "Origin colouring on: accepted draft tokens vs target tokens." if self.color_origin else "Markdown view.",
+            timeout=2,
+        )
+
+    def transcript_dir(self) -> Path:
+        configured = self.config.get("ui", "transcript_dir")
+        return Path(configured).expanduser() if configured else data_dir() / "transcripts"
+
+    def _snapshot_metadata(self) -> None:
+        t = self.transcript
+        spec = self.speculator
+        if spec is not None:
+            from ..engine.native import backend_name
+
+            t.models = {
+                "target": spec.target_info.summary() if spec.target_info else None,
+                "draft": spec.draft_info.summary() if spec.draft_info else None,
+                "backend": backend_name(),
+                "n_ctx": spec.n_ctx,
+            }
+        t.config = {s: dict(v) for s, v in self.config.values.items()}
+        t.versions = versions()
+
+    def action_save(self, quiet: bool = False) -> None:
+        if not self.transcript.entries:
+            if not quiet:
+                self.notify("Nothing to save yet.")
+            return
+        self._snapshot_metadata()
+        path = self.transcript_path
+        if path is None or path.suffix != ".json":
+            path = new_transcript_path(self.transcript_dir())
+        try:
+            json_path, md_path = self.transcript.save(path)
+        except TranscriptError as e:
+            self.notify(str(e), title="Save failed", severity="error", timeout=10)
+            return
+        self.transcript_path = json_path
+        if not quiet:
+            extra = " (the reply in flight is not included)" if self.generating else ""
+            self.notify(f"Saved {json_path}\nand {md_path.name}{extra}", title="Transcript saved", timeout=5)
+
+    def action_open_transcript(self) -> None:
+        if self._busy():
+            return
+
+        async def done(path: Path | None) -> None:
+            if path is None:
+                return
+            await self.open_transcript(path)
+
+        self.push_screen(OpenTranscriptScreen(self.transcript_dir()), done)
+
+    async def open_transcript(self, path: Path) -> None:
+        try:
+            transcript = Transcript.load(path)
+        except TranscriptError as e:
+            self.notify(str(e), title="Cannot open transcript", severity="error", timeout=10)
+            return
+        self.transcript = transcript
+        self.transcript_path = Path(path)
+        self._end_edit()
+        await self._show_transcript()
+        self._update_status()
+        if self.speculator is not None:
+            self.notify("Transcript opened: type a message to continue it.", timeout=4)

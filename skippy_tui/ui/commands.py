@@ -1,0 +1,56 @@
+"""Command palette entries for every app action, with the key that also runs it."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+if TYPE_CHECKING:
+    from .app import SkippyApp
+
+# (title, help, action); the key is looked up from the app's bindings.
+COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("Stop generation", "Stop the reply within one step", "stop"),
+    ("New chat", "Clear the conversation and the KV caches", "new_chat"),
+    ("Regenerate last reply", "Generate the last reply again", "regenerate"),
+    ("Edit last message", "Put your last message back in the input; Enter resends it", "edit_last"),
+    ("Set system prompt", "Change the system prompt (from the next reply)", "system_prompt"),
+    ("Toggle speculation", "Speculative decoding on/off (from the next step)", "toggle_speculation"),
+    ("Set n_draft", "Tokens per proposal, k (from the next step)", "tune('n_draft')"),
+    ("Set p_min", "Stop drafting below this draft probability (from the next step)", "tune('p_min')"),
+    ("Set temperature", "Sampling temperature, 0 = greedy (from the next step)", "tune('temperature')"),
+    ("Toggle origin colouring", "Colour reply text by draft (accepted) vs target tokens", "toggle_origin"),
+    ("Save transcript", "Write the conversation as Markdown + JSON", "save"),
+    ("Open transcript", "Load a saved conversation (continue it when models are loaded)", "open_transcript"),
+    ("Load models", "Load the configured models to continue this conversation", "load_models"),
+    ("Switch theme", "Pick a theme (remembered)", "change_theme"),
+    ("Quit", "Quit now (stops a reply in flight)", "quit"),
+)
+
+
+class SkippyCommands(Provider):
+    """The app's own actions (only those that apply right now)."""
+
+    def _commands(self) -> list[tuple[str, str, str]]:
+        app: SkippyApp = self.app  # type: ignore[assignment]
+        out = []
+        for title, help_text, action in COMMANDS:
+            name = action.split("(")[0]
+            if app.check_action(name, ()) is False:
+                continue
+            key = app.key_for(name)
+            out.append((f"{title}  ({key})" if key else title, help_text, action))
+        return out
+
+    async def discover(self) -> Hits:
+        for title, help_text, action in self._commands():
+            yield DiscoveryHit(title, partial(self.app.run_action, action), help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for title, help_text, action in self._commands():
+            score = matcher.match(title)
+            if score > 0:
+                yield Hit(score, matcher.highlight(title), partial(self.app.run_action, action), help=help_text)

@@ -1,0 +1,101 @@
+"""Entry points from the CLI: ``skippy-tui`` (the app) and ``skippy-tui replay FILE.json``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import platformdirs
+
+from ..config import APP, Config, ConfigError
+
+
+def log_path() -> Path:
+    """Where native stderr output goes while the app runs."""
+    return Path(platformdirs.user_state_dir(APP)) / "skippy-tui.log"
+
+
+@contextlib.contextmanager
+def native_stderr_to_log() -> Iterator[Path | None]:
+    """Send fd 2 to the log file for the app's lifetime, keeping the terminal for Textual.
+
+    llama.cpp/ggml can write to fd 2 directly on rare paths (the engine routes
+    their normal logs to a ring buffer); a stray line would corrupt the screen.
+    Textual draws on ``sys.__stderr__``, so that is pointed at a duplicate of
+    the original fd 2 first. Skipped when stderr is not a terminal.
+    """
+    if not (hasattr(os, "dup2") and sys.__stderr__ is not None and sys.__stderr__.isatty()):
+        yield None
+        return
+    path = log_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError:
+        yield None
+        return
+    sys.__stderr__.flush()
+    saved_fd = os.dup(2)
+    term = os.fdopen(os.dup(2), "w", encoding=sys.__stderr__.encoding or "utf-8", errors="replace")
+    original = sys.__stderr__
+    sys.__stderr__ = term  # type: ignore[misc]
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    try:
+        yield path
+    finally:
+        os.dup2(saved_fd, 2)
+        os.close(saved_fd)
+        sys.__stderr__ = original  # type: ignore[misc]
+        with contextlib.suppress(OSError):
+            term.close()
+
+
+def _config(args: argparse.Namespace) -> tuple[Config, ConfigError | None]:
+    from ..cli import config_from_args
+
+    try:
+        return config_from_args(args), None
+    except ConfigError as e:
+        return Config(), e
+
+
+def _run(app) -> int:  # type: ignore[no-untyped-def]
+    with native_stderr_to_log():
+        app.run()
+    spec = app.speculator
+    if spec is not None and app.owns_speculator and not app.generating:
+        spec.close()
+    return app.return_code or 0
+
+
+def run_app(args: argparse.Namespace) -> int:
+    """``skippy-tui``: open the app on the configured models (or the default pair).
+
+    A bad config opens the app with an error dialog instead of exiting.
+    """
+    from .app import SkippyApp
+
+    config, error = _config(args)
+    return _run(SkippyApp(config, config_error=error))
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    """``skippy-tui replay FILE.json``: the saved conversation and its recorded steps, no models.
+
+    With ``--continue`` the configured models load too, to continue the conversation.
+    """
+    from ..transcript import Transcript
+    from .app import SkippyApp
+
+    transcript = Transcript.load(args.file)  # TranscriptError: one line, exit 1
+    config, error = _config(args)
+    want = bool(getattr(args, "continue_", False))
+    app = SkippyApp(
+        config, transcript=transcript, transcript_path=Path(args.file), load_models=want, config_error=error
+    )
+    return _run(app)

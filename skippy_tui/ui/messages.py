@@ -1,0 +1,28 @@
+"""Messages the worker threads post to the app (the only way engine output reaches widgets)."""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from ..engine.events import Event
+
+
+class EngineEvent(Message):
+    """One engine event of reply ``reply_id``. Never dropped or merged: text deltas ride on these."""
+
+    def __init__(self, reply_id: int, event: Event) -> None:
+        super().__init__()
+        self.reply_id = reply_id
+        self.event = event
+
+
+class LoadProgress(Message):
+    """Model loading progress; a newer one replaces a queued older one."""
+
+    def __init__(self, stage: str, fraction: float) -> None:
+        super().__init__()
+        self.stage = stage
+        self.fraction = fraction
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, LoadProgress)

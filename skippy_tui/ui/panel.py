@@ -1,0 +1,153 @@
+"""The speculation panel: a timeline row per step, then reply and session statistics."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import BindingType
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import DataTable, Label, Sparkline, Static
+
+from ..engine.events import StepVerified
+from ..engine.stats import AcceptanceStats
+from .render import commit_cell, proposal_cell, stats_table
+
+COLUMNS = (("#", "index"), ("sync", "sync"), ("proposal", "proposal"), ("+", "commit"), ("d/v ms", "ms"))
+
+
+def _ms(ms: float) -> str:
+    return f"{ms:.1f}" if ms < 100 else f"{ms:.0f}"
+
+
+class Timeline(DataTable):
+    """One row per step; Enter (or a click on the highlighted row) opens the inspector."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = DataTable.COMPONENT_CLASSES | {
+        "step--accepted",
+        "step--rejected",
+        "step--bonus",
+        "step--correction",
+        "step--sep",
+        "step--sync",
+        "step--ms",
+    }
+    BINDINGS: ClassVar[list[BindingType]] = [("enter", "select_cursor", "Inspect step")]
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
+        self.steps: list[StepVerified] = []
+
+    def on_mount(self) -> None:
+        for label, key in COLUMNS:
+            self.add_column(label, key=key)
+
+    def _row(self, st: StepVerified) -> tuple[Text, ...]:
+        style = self.get_component_rich_style
+        ms = style("step--ms", partial=True)
+        return (
+            Text(str(st.index), style=ms, justify="right"),
+            Text(st.sync.label(), style=style("step--sync", partial=True)),
+            proposal_cell(
+                st,
+                style("step--accepted", partial=True),
+                style("step--rejected", partial=True),
+                style("step--sep", partial=True),
+            ),
+            commit_cell(st, style("step--bonus", partial=True), style("step--correction", partial=True)),
+            Text(f"{_ms(st.draft_ms)}/{_ms(st.verify_ms)}", style=ms),
+        )
+
+    def add_steps(self, steps: list[StepVerified]) -> None:
+        at_end = self.scroll_y >= self.max_scroll_y - 1
+        self.steps += steps
+        self.add_rows([self._row(st) for st in steps])
+        if at_end:
+            self.scroll_end(animate=False, immediate=False)
+
+    def set_steps(self, steps: list[StepVerified]) -> None:
+        self.clear()
+        self.steps = []
+        if steps:
+            self.add_steps(steps)
+
+    def restyle(self) -> None:
+        """Rebuild the rows with the current theme's styles."""
+        steps, row = self.steps, self.cursor_row
+        self.set_steps(steps)
+        if steps:
+            self.move_cursor(row=min(row, len(steps) - 1), scroll=False)
+
+
+class SpeculationPanel(Vertical):
+    """Timeline of the shown reply's steps; reply and session statistics below it."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"stats--label", "stats--value"}
+
+    class InspectStep(Message):
+        def __init__(self, steps: list[StepVerified], index: int) -> None:
+            super().__init__()
+            self.steps = steps
+            self.index = index
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.reply_stats = AcceptanceStats()
+        self.session_stats = AcceptanceStats()
+
+    def compose(self) -> ComposeResult:
+        yield Label("no reply yet", id="panel-title")
+        yield Timeline(id="timeline")
+        yield Label("accepted per step", id="spark-label")
+        yield Sparkline([], id="spark")
+        yield Static("", id="stats")
+
+    def on_mount(self) -> None:
+        self.border_title = "speculation"
+        self.refresh_stats()
+
+    @property
+    def timeline(self) -> Timeline:
+        return self.query_one(Timeline)
+
+    def show_reply(self, title: str, steps: list[StepVerified], stats: AcceptanceStats) -> None:
+        """Show one reply's recorded (or so-far) steps."""
+        self.query_one("#panel-title", Label).update(title)
+        self.timeline.set_steps(steps)
+        self.reply_stats = stats
+        self._spark()
+        self.refresh_stats()
+
+    def add_steps(self, steps: list[StepVerified], stats: AcceptanceStats) -> None:
+        self.timeline.add_steps(steps)
+        self.reply_stats = stats
+        self._spark()
+        self.refresh_stats()
+
+    def set_session(self, stats: AcceptanceStats) -> None:
+        self.session_stats = stats
+        self.refresh_stats()
+
+    def set_title(self, title: str) -> None:
+        self.query_one("#panel-title", Label).update(title)
+
+    def _spark(self) -> None:
+        data = [float(s.n_accepted) for s in self.timeline.steps[-200:]]
+        self.query_one(Sparkline).data = data
+        self.query_one(Sparkline).display = bool(data)
+        self.query_one("#spark-label").display = bool(data)
+
+    def refresh_stats(self) -> None:
+        label = self.get_component_rich_style("stats--label", partial=True)
+        value = self.get_component_rich_style("stats--value", partial=True)
+        self.query_one("#stats", Static).update(stats_table(self.reply_stats, self.session_stats, label, value))
+
+    def restyle(self) -> None:
+        self.timeline.restyle()
+        self.refresh_stats()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.post_message(self.InspectStep(self.timeline.steps, event.cursor_row))

@@ -1,0 +1,101 @@
+"""Pure formatting: tokens with visible whitespace, proposal cells, bars, stats lines.
+
+Styles come in as arguments (resolved from the TCSS component classes by the
+widgets), so everything here is testable without an app.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.style import Style
+from rich.text import Text
+
+from ..engine.events import StepVerified, TextSpan, TokenInfo
+from ..engine.stats import AcceptanceStats
+
+_VISIBLE = str.maketrans({" ": "·", "\n": "↵", "\t": "→", "\r": "␍"})
+
+
+def visible(text: str) -> str:
+    """Token text with whitespace made visible: space ·, newline ↵, tab →; empty as ∅."""
+    return text.translate(_VISIBLE) if text else "∅"
+
+
+def token_text(tok: TokenInfo | None, style: Style | str = "") -> Text:
+    return Text(visible(tok.text) if tok else "∅", style=style)
+
+
+def proposal_cell(step: StepVerified, accepted: Style | str, rejected: Style | str, sep: Style | str = "") -> Text:
+    """The draft's tokens of one step, accepted then rejected, separated by thin spaces."""
+    out = Text()
+    for i, tok in enumerate(step.proposed):
+        if i:
+            out.append(" ", style=sep)
+        out.append(visible(tok.text), style=accepted if i < step.n_accepted else rejected)
+    if not step.proposed:
+        out.append("—", style=sep)
+    return out
+
+
+def commit_cell(step: StepVerified, bonus: Style | str, correction: Style | str, plain: Style | str = "") -> Text:
+    """``+tok`` for the target's token, styled by kind (bonus/correction/plain)."""
+    style = {"bonus": bonus, "correction": correction}.get(step.commit_kind, plain)
+    return Text("+", style=style) + token_text(step.committed, style)
+
+
+def bar(fraction: float, width: int = 10) -> str:
+    """A horizontal bar of ``width`` cells with eighth-block resolution."""
+    fraction = min(max(fraction, 0.0), 1.0)
+    eighths = round(fraction * width * 8)
+    full, part = divmod(eighths, 8)
+    s = "█" * full + (" ▏▎▍▌▋▊▉"[part] if part else "")
+    return s.ljust(width, " ")
+
+
+def stats_lines(stats: AcceptanceStats) -> list[tuple[str, str]]:
+    """(label, value) pairs for one accumulator."""
+    if stats.n_steps == 0:
+        return [("steps", "—")]
+    out = [
+        ("acceptance", f"{stats.acceptance_rate:.1%}" if stats.n_drafted else "—"),
+        ("mean accepted length", f"{stats.mean_accepted_length:.2f}" if stats.n_spec_steps else "—"),
+        ("tokens/s", f"{stats.tokens_per_second:.1f}"),
+        ("steps", f"{stats.n_steps} ({stats.n_tokens} tokens)"),
+    ]
+    return out
+
+
+def stats_table(reply: AcceptanceStats, session: AcceptanceStats, label: Style | str, value: Style | str) -> Text:
+    """Reply and session stats side by side, then acceptance by draft position as bars."""
+    rl = dict(stats_lines(reply))
+    sl = dict(stats_lines(session))
+    keys = ["acceptance", "mean accepted length", "tokens/s", "steps"]
+    out = Text()
+    out.append(f"{'':<21}{'reply':>16}{'session':>18}\n", style=label)
+    for k in keys:
+        out.append(f"{k:<21}", style=label)
+        out.append(f"{rl.get(k, '—'):>16}{sl.get(k, '—'):>18}\n", style=value)
+    n = max(len(reply.per_position), len(session.per_position))
+    if n:
+        out.append("\nacceptance by draft position\n", style=label)
+        out.append(f"{'':6}{'reply':<18}{'session'}\n", style=label)
+        for i in range(n):
+            r = reply.per_position[i] if i < len(reply.per_position) else None
+            s = session.per_position[i] if i < len(session.per_position) else None
+            out.append(f"  d{i + 1:<3}", style=label)
+            out.append(f"{bar(r, 12)} {r:>4.0%}" if r is not None else " " * 17, style=value)
+            out.append(f" {bar(s, 12)} {s:>4.0%}\n" if s is not None else "\n", style=value)
+    return out
+
+
+def origin_text(spans: Sequence[TextSpan], draft: Style | str, target: Style | str) -> Text:
+    """A reply's text coloured by where each token came from."""
+    out = Text()
+    for s in spans:
+        out.append(s.text, style=draft if s.origin == "draft" else target)
+    return out
+
+
+def short_name(name: str, width: int = 28) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"

@@ -1,0 +1,296 @@
+"""Modal screens: load/config errors, the step inspector, system prompt, tuning, opening transcripts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, DataTable, Input, Label, OptionList, Static, TextArea
+
+from ..engine.errors import BoundsError, IncompatibleModelsError, ModelFileError
+from ..engine.events import StepVerified
+from .render import visible
+
+
+def how_to_fix(error: BaseException, config_file: str) -> str:
+    """A hint for one error: what to change, and where."""
+    from ..config import ConfigError
+
+    if isinstance(error, ConfigError):
+        return (
+            f"Edit the key named above in {config_file} (every key and its default is in "
+            "config.example.toml), or start with --config PATH to use another file."
+        )
+    if isinstance(error, ModelFileError):
+        return (
+            f"Check [target] path / [draft] path in {config_file}, or pass --target PATH / --draft PATH. "
+            "Leave both paths empty to use the built-in default pair."
+        )
+    if isinstance(error, IncompatibleModelsError):
+        return (
+            "Pick a draft model of the same family as the target (same tokenizer and special tokens), "
+            "or start with --no-draft for plain decoding."
+        )
+    if isinstance(error, BoundsError):
+        return f"Change that setting in {config_file} or on the command line to a value in bounds."
+    return f"See the log and {config_file}; start with --no-draft or another --target to narrow it down."
+
+
+class ErrorScreen(ModalScreen[str]):
+    """What went wrong and how to fix it. Dismisses with "quit" or "continue"."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss('continue')", "Continue", show=False),
+        Binding("q", "dismiss('quit')", "Quit", show=False),
+    ]
+
+    def __init__(self, title: str, message: str, fix: str, *, can_continue: bool = True) -> None:
+        super().__init__()
+        self.title_text = title
+        self.message = message
+        self.fix = fix
+        self.can_continue = can_continue
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="error-dialog") as v:
+            v.border_title = self.title_text
+            yield Static(self.message, id="error-message", markup=False)
+            yield Label("How to fix it", classes="dialog-heading")
+            yield Static(self.fix, id="error-fix", markup=False)
+            with Horizontal(classes="buttons"):
+                if self.can_continue:
+                    yield Button("Continue without models", id="continue", variant="primary")
+                yield Button("Quit", id="quit", variant="error")
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id or "continue")
+
+
+class InspectorScreen(ModalScreen[None]):
+    """One step in full: draft vs target top-k at the first rejected position, context before/after.
+
+    ← and → move to the previous and next step.
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,enter", "dismiss", "Close"),
+        Binding("left", "move(-1)", "Previous step"),
+        Binding("right", "move(1)", "Next step"),
+    ]
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"inspector--accepted", "inspector--rejected", "inspector--chosen"}
+
+    def __init__(self, steps: list[StepVerified], index: int) -> None:
+        super().__init__()
+        self.steps = steps
+        self.index = index
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="inspector"):
+            yield Static(id="inspect-head")
+            yield DataTable(id="topk", cursor_type="none", zebra_stripes=True)
+            yield Static(id="inspect-foot")
+
+    def on_mount(self) -> None:
+        table = self.query_one("#topk", DataTable)
+        for label in ("rank", "draft token", "draft p", "target token", "target p"):
+            table.add_column(label, key=label)
+        self._show()
+
+    def action_move(self, delta: int) -> None:
+        new = self.index + delta
+        if 0 <= new < len(self.steps):
+            self.index = new
+            self._show()
+
+    def _show(self) -> None:
+        st = self.steps[self.index]
+        ok_style = self.get_component_rich_style("inspector--accepted", partial=True)
+        bad_style = self.get_component_rich_style("inspector--rejected", partial=True)
+        chosen = self.get_component_rich_style("inspector--chosen", partial=True)
+        dialog = self.query_one("#dialog")
+        dialog.border_title = f"step {st.index}  ({self.index + 1} of {len(self.steps)})"
+        dialog.border_subtitle = "← → step · esc close"
+        head = Text()
+        head.append("sync plan    ", style="bold")
+        head.append(f"{st.sync.label()}  ({st.sync_ms:.1f} ms)\n")
+        head.append("context      ", style="bold")
+        head.append(f"{st.n_past_before} → {st.n_past_after} tokens in the target KV cache\n")
+        head.append("proposal     ", style="bold")
+        head.append(f"k={st.k}" + (f" ({st.k_reason})" if st.k_reason else "") + f", {len(st.proposed)} drafted, ")
+        head.append(f"{st.n_accepted} accepted  (draft {st.draft_ms:.1f} ms, verify {st.verify_ms:.1f} ms)\n")
+        for i, tok in enumerate(st.proposed):
+            ok = i < st.n_accepted
+            head.append(f"  d{i + 1} ", style="dim")
+            head.append(f"{visible(tok.text):<16}", style=ok_style if ok else bad_style)
+            p = f"{tok.prob:.3f}" if tok.prob is not None else "—"
+            head.append(f" p={p}  {'accepted' if ok else 'rejected'}\n", style="dim" if ok else "")
+        head.append("committed    ", style="bold")
+        c = st.committed
+        head.append(f"{visible(c.text) if c else '∅'}", style=chosen)
+        head.append(f"  ({st.commit_kind}, id {c.id if c else '—'})")
+        self.query_one("#inspect-head", Static).update(head)
+
+        table = self.query_one("#topk", DataTable)
+        table.clear()
+        rejected = st.proposed[st.n_accepted] if st.n_accepted < len(st.proposed) else None
+        for r in range(max(len(st.draft_top), len(st.target_top))):
+            d = st.draft_top[r] if r < len(st.draft_top) else None
+            t = st.target_top[r] if r < len(st.target_top) else None
+            d_style = bad_style if (d and rejected and d.id == rejected.id) else ""
+            t_style = chosen if (t and c and t.id == c.id) else ""
+            table.add_row(
+                str(r + 1),
+                Text(visible(d.text), style=d_style) if d else "",
+                f"{d.prob:.3f}" if d and d.prob is not None else "",
+                Text(visible(t.text), style=t_style) if t else "",
+                f"{t.prob:.3f}" if t and t.prob is not None else "",
+            )
+        foot = self.query_one("#inspect-foot", Static)
+        if rejected is not None:
+            foot.update(
+                f"top-{max(len(st.draft_top), len(st.target_top))} at draft position {st.n_accepted + 1}, the first "
+                f"rejected one: the draft proposed {visible(rejected.text)!r}, the target chose "
+                f"{visible(c.text) if c else '∅'!r}."
+            )
+            table.display = True
+        else:
+            table.display = False
+            foot.update(
+                "No rejected position: every proposed token was accepted."
+                if st.proposed
+                else "A plain step: no proposal (speculation off or no room)."
+            )
+
+
+class SystemPromptScreen(ModalScreen["str | None"]):
+    """Edit the system prompt. Returns the new text, or None when cancelled."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss(None)", "Cancel"),
+        Binding("ctrl+s", "save", "Save"),
+    ]
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog") as v:
+            v.border_title = "System prompt"
+            v.border_subtitle = "applies from the next reply · ctrl+s save · esc cancel"
+            yield TextArea(self.text, id="system-text", soft_wrap=True, tab_behavior="focus")
+            with Horizontal(classes="buttons"):
+                yield Button("Save", id="save", variant="primary")
+                yield Button("Cancel", id="cancel")
+
+    def action_save(self) -> None:
+        self.dismiss(self.query_one("#system-text", TextArea).text.strip())
+
+    @on(Button.Pressed, "#save")
+    def _save(self) -> None:
+        self.action_save()
+
+    @on(Button.Pressed, "#cancel")
+    def _cancel(self) -> None:
+        self.dismiss(None)
+
+
+class TuneScreen(ModalScreen["dict | None"]):
+    """n_draft, p_min and temperature. Returns the checked values, or None when cancelled."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss(None)", "Cancel")]
+
+    def __init__(self, n_draft: object, p_min: float, temperature: float, focus: str = "n_draft") -> None:
+        super().__init__()
+        self.values = {"n_draft": str(n_draft), "p_min": f"{p_min:g}", "temperature": f"{temperature:g}"}
+        self.first = focus
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog") as v:
+            v.border_title = "Speculation and sampling"
+            v.border_subtitle = "applies from the next step · enter apply · esc cancel"
+            for key, help_text in (
+                ("n_draft", "tokens per proposal (k)"),
+                ("p_min", "stop drafting below this draft probability (0..1)"),
+                ("temperature", "0 = greedy"),
+            ):
+                with Horizontal(classes="field"):
+                    yield Label(f"{key:<12}", classes="field-label")
+                    yield Input(self.values[key], id=key)
+                    yield Label(help_text, classes="field-help")
+            yield Static("", id="tune-error")
+            with Horizontal(classes="buttons"):
+                yield Button("Apply", id="apply", variant="primary")
+                yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one(f"#{self.first}", Input).focus()
+
+    def _values(self) -> dict | None:
+        from ..engine.sampling import SamplingParams
+        from ..engine.settings import SpeculationSettings
+
+        raw = {k: self.query_one(f"#{k}", Input).value.strip() for k in self.values}
+        try:
+            n_draft: int | str = raw["n_draft"] if raw["n_draft"] == "auto" else int(raw["n_draft"])
+            out = {"n_draft": n_draft, "p_min": float(raw["p_min"]), "temperature": float(raw["temperature"])}
+        except ValueError as e:
+            self.query_one("#tune-error", Static).update(f"not a number: {e}")
+            return None
+        try:
+            SpeculationSettings(n_draft=out["n_draft"], p_min=out["p_min"])
+            SamplingParams(temperature=out["temperature"])
+        except BoundsError as e:
+            self.query_one("#tune-error", Static).update(str(e))
+            return None
+        return out
+
+    @on(Input.Submitted)
+    @on(Button.Pressed, "#apply")
+    def _apply(self) -> None:
+        values = self._values()
+        if values is not None:
+            self.dismiss(values)
+
+    @on(Button.Pressed, "#cancel")
+    def _cancel(self) -> None:
+        self.dismiss(None)
+
+
+class OpenTranscriptScreen(ModalScreen["Path | None"]):
+    """Pick a saved transcript (newest first) or type a path."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss(None)", "Cancel")]
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.folder = folder
+        found = folder.glob("*.json") if folder.is_dir() else []
+        self.files = sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog") as v:
+            v.border_title = "Open transcript"
+            v.border_subtitle = "enter open · esc cancel"
+            yield Label(f"Saved in {self.folder}:" if self.files else f"No transcripts in {self.folder} yet.")
+            if self.files:
+                with VerticalScroll(id="transcript-list"):
+                    yield OptionList(*[p.name for p in self.files], id="files")
+            yield Input(placeholder="or a path to a .json transcript", id="path")
+
+    @on(OptionList.OptionSelected)
+    def _picked(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(self.files[event.option_index])
+
+    @on(Input.Submitted)
+    def _typed(self, event: Input.Submitted) -> None:
+        if event.value.strip():
+            self.dismiss(Path(event.value.strip()).expanduser())
