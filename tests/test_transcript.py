@@ -127,3 +127,16 @@ def test_saved_file_is_plain_json_with_event_types(tmp_path: Path) -> None:
     data = json.loads(path.read_text("utf-8"))
     types = [ev["type"] for ev in data["messages"][1]["events"]]
     assert types[0] == "reply_started" and types[-1] == "finish" and set(types[1:-1]) == {"step"}
+
+
+def test_transcript_and_cli_import_no_ui() -> None:
+    """The headless paths (CLI run/bench, transcripts) never pull in Textual or Rich."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, skippy_tui.transcript, skippy_tui.cli; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich')]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,179 @@
+"""The app on the real default pair (SmolLM2-135M F32 target, Q4_1 draft), driven by Pilot.
+
+Replies are greedy (temperature 0) and short, so each test costs a few steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from ui_helpers import SIZE, run, ui_config, wait_for_screen, wait_until
+
+from skippy_tui.engine.events import ReplyFinished
+from skippy_tui.transcript import Transcript
+from skippy_tui.ui.app import SkippyApp
+from skippy_tui.ui.chat import AssistantMessage, UserMessage
+from skippy_tui.ui.screens import InspectorScreen
+
+
+async def _send(app: SkippyApp, pilot, text: str) -> None:
+    app.prompt.load_text(text)
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: app.generating or app._current is None, 10, "the reply to start")
+
+
+async def _reply(app: SkippyApp, pilot, text: str, timeout: float = 240) -> ReplyFinished:
+    n = len(app.transcript.entries)
+    await _send(app, pilot, text)
+    await wait_until(pilot, lambda: not app.generating and len(app.transcript.entries) == n + 2, timeout, "the reply")
+    fin = app.transcript.entries[-1].finish
+    assert fin is not None
+    return fin
+
+
+def test_send_streams_text_and_step_rows(speculator) -> None:
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=12), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            await _send(app, pilot, "Write a haiku about the sea.")
+            msg = app.query(AssistantMessage).last()
+            # streamed: text and timeline rows appear while the reply is still being generated
+            await wait_until(pilot, lambda: app.panel.timeline.row_count > 0 and msg.text, 180, "a streamed step")
+            streamed_rows = app.panel.timeline.row_count
+            await wait_until(pilot, lambda: not app.generating, 240, "the reply to finish")
+            entry = app.transcript.entries[-1]
+            fin = entry.finish
+            assert fin is not None and fin.reason in ("max_tokens", "eos")
+            assert fin.text and entry.content == fin.text
+            assert msg.text == fin.text  # Markdown re-rendered with the full text
+            assert app.panel.timeline.row_count == len(entry.steps) == fin.n_steps >= streamed_rows
+            assert "".join(s.text for s in entry.spans()) == fin.text
+            assert any(st.proposed for st in entry.steps)  # speculation ran
+            status = str(app.query_one("#status").render())
+            for part in ("F32", "Q4_1", "CPU", f"ctx {fin.n_past}/4096", "spec on"):
+                assert part in status
+            # the inspector opens on a step
+            app.panel.timeline.focus()
+            await pilot.press("enter")
+            await wait_for_screen(pilot, app, InspectorScreen, 5)
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not isinstance(app.screen, InspectorScreen), 5, "the inspector to close")
+
+    run(body())
+
+
+def test_stop_mid_reply(speculator) -> None:
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=400), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            await _send(app, pilot, "Tell me a long story about a dragon and a knight.")
+            await wait_until(pilot, lambda: app.panel.timeline.row_count >= 1, 180, "the first step")
+            at_press = len(app._current_entry.steps) + len(app._pending)
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not app.generating, 60, "the reply to stop")
+            entry = app.transcript.entries[-1]
+            assert entry.finish.reason == "cancelled"
+            assert len(entry.steps) <= at_press + 1  # within one step
+            assert entry.content == entry.finish.text and entry.content
+            assert app.query(AssistantMessage).last().has_class("-cancelled")
+            # the conversation goes on after a stop
+            app.generation = dataclasses.replace(app.generation, max_tokens=6)
+            fin = await _reply(app, pilot, "Thanks!")
+            assert fin.reason != "error"
+
+    run(body())
+
+
+def test_regenerate_replaces_the_last_reply(speculator) -> None:
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=8), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            first = await _reply(app, pilot, "Name a colour.")
+            old_entry = app.transcript.entries[-1]
+            await pilot.press("ctrl+r")
+            await wait_until(pilot, lambda: app.generating or app.transcript.entries[-1] is not old_entry, 10, "start")
+            await wait_until(pilot, lambda: not app.generating and len(app.transcript.entries) == 2, 240, "the reply")
+            new_entry = app.transcript.entries[-1]
+            assert new_entry is not old_entry and new_entry.role == "assistant"
+            assert new_entry.content == first.text  # greedy: the same reply again
+            assert new_entry.started.target_sync.kind in ("truncate", "synced")  # the KV cache was reused
+            assert len(app.query(AssistantMessage)) == 1 and len(app.query(UserMessage)) == 1
+
+    run(body())
+
+
+def test_edit_last_message(speculator) -> None:
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=6), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            await _reply(app, pilot, "Name a fruit.")
+            await pilot.press("ctrl+l")
+            assert app.prompt.text == "Name a fruit."
+            assert app.prompt.has_class("-editing")
+            app.prompt.load_text("Name a vegetable.")
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: not app.generating and app._current is None, 240, "the new reply")
+            roles = [(e.role, e.content) for e in app.transcript.entries]
+            assert len(roles) == 2 and roles[0] == ("user", "Name a vegetable.")
+            users = app.query(UserMessage)
+            assert len(users) == 1 and users.first().entry.content == "Name a vegetable."
+            assert not app.prompt.has_class("-editing")
+
+    run(body())
+
+
+def test_save_reload_and_continue(speculator, tmp_path) -> None:
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=6), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            await _reply(app, pilot, "Say hello.")
+            await pilot.press("ctrl+s")
+            await wait_until(pilot, lambda: app.transcript_path is not None, 5, "the save")
+            path = app.transcript_path
+            assert path.is_file() and path.with_suffix(".md").is_file()
+            assert Transcript.load(path) == app.transcript  # round trip equal
+            assert "Say hello." in path.with_suffix(".md").read_text("utf-8")
+            saved = app.transcript
+
+        # open it again with models: the conversation continues
+        app2 = SkippyApp(ui_config(max_tokens=6), speculator=speculator)
+        async with app2.run_test(size=SIZE) as pilot:
+            await app2.open_transcript(path)
+            assert app2.transcript == saved
+            assert len(app2.query(AssistantMessage)) == 1
+            assert app2.panel.timeline.row_count == len(saved.entries[-1].steps)
+            await _reply(app2, pilot, "And goodbye.")
+            assert [e.role for e in app2.transcript.entries] == ["user", "assistant"] * 2
+
+    run(body())
+
+
+def test_quit_mid_stream_exits_fast() -> None:
+    """The app loads its own models (the real loading path), then quits while a reply streams.
+
+    ``asyncio.run`` returns only once the engine thread has ended (it joins the
+    default executor), so the time is measured up to the thread's end.
+    """
+    marks: dict[str, float] = {}
+    app = SkippyApp(ui_config(max_tokens=400))
+
+    async def body() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_until(pilot, lambda: app.speculator is not None, 240, "the models to load")
+            assert app.owns_speculator
+            await _send(app, pilot, "Tell me a long story about a lighthouse keeper.")
+            await wait_until(pilot, lambda: app.panel.timeline.row_count >= 1, 180, "the first step")
+            assert app.generating
+            marks["press"] = time.monotonic()
+            await pilot.press("ctrl+q")
+        marks["exited"] = time.monotonic()
+
+    run(body())
+    done = time.monotonic()
+    try:
+        assert app._cancel.is_set()
+        assert marks["exited"] - marks["press"] < 1.5, f"the app took {marks['exited'] - marks['press']:.2f}s to exit"
+        assert done - marks["press"] < 3.0, f"the engine thread took {done - marks['press']:.2f}s to end"
+    finally:
+        app.speculator.close()

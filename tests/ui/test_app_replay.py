@@ -1,0 +1,273 @@
+"""The app without models: replaying a transcript, errors, themes, input, palette, CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ui_helpers import CHAT_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
+
+from skippy_tui.cli import build_parser, main
+from skippy_tui.config import Config, ConfigError, config_path
+from skippy_tui.engine.events import StepVerified
+from skippy_tui.transcript import Transcript
+from skippy_tui.ui.app import SkippyApp
+from skippy_tui.ui.chat import AssistantMessage, UserMessage, Welcome
+from skippy_tui.ui.screens import ErrorScreen, InspectorScreen, TuneScreen
+from skippy_tui.ui.themes import UiState, load_themes
+
+
+def replay_app(config: Config | None = None) -> SkippyApp:
+    return SkippyApp(
+        config or ui_config(),
+        transcript=Transcript.load(CHAT_JSON),
+        transcript_path=CHAT_JSON,
+        load_models=False,
+    )
+
+
+def test_replay_shows_recorded_steps_without_models() -> None:
+    saved = Transcript.load(CHAT_JSON)
+
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            assert app.speculator is None and not app.loading
+            assert not [w for w in app.workers if w.group == "load"]
+            assert len(app.query(UserMessage)) == 2 and len(app.query(AssistantMessage)) == 2
+            replies = list(app.query(AssistantMessage))
+            assert replies[-1].text == saved.entries[3].content
+            # the panel shows the last reply's recorded steps
+            assert app.panel.timeline.steps == saved.entries[3].steps
+            assert app.panel.timeline.row_count == len(saved.entries[3].steps)
+            assert "replay chat.json" in str(app.query_one("#status").render())
+            # clicking the first reply shows its steps
+            await pilot.click(replies[0])
+            await wait_until(pilot, lambda: app.panel.timeline.steps == saved.entries[1].steps, 5, "reply 1 steps")
+            assert replies[0].has_class("-shown") and not replies[1].has_class("-shown")
+            # session stats cover both replies
+            s = app.session_stats
+            assert s.n_steps == sum(e.finish.n_steps for e in saved.replies())
+            # sending needs models: refused with a hint, nothing added
+            app.prompt.load_text("hello")
+            await pilot.press("enter")
+            assert len(app.transcript.entries) == 4 and app.prompt.text == "hello"
+
+    run(body())
+
+
+def test_inspector_shows_top_k_at_the_first_rejection() -> None:
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=SIZE) as pilot:
+            steps = app.panel.timeline.steps
+            idx = next(i for i, s in enumerate(steps) if s.n_accepted < len(s.proposed))
+            table = app.panel.timeline
+            table.focus()
+            table.move_cursor(row=idx)
+            await pilot.press("enter")
+            await wait_for_screen(pilot, app, InspectorScreen, 5)
+            screen = app.screen
+            assert screen.index == idx
+            topk = screen.query_one("#topk")
+            st: StepVerified = steps[idx]
+            assert topk.row_count == max(len(st.draft_top), len(st.target_top)) > 0
+            head = str(screen.query_one("#inspect-head").render())
+            assert f"{st.n_past_before} → {st.n_past_after}" in head and st.sync.label() in head
+            await pilot.press("right")
+            assert screen.index == idx + 1
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not isinstance(app.screen, InspectorScreen), 5, "close")
+
+    run(body())
+
+
+def test_origin_colouring_toggle() -> None:
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=SIZE) as pilot:
+            msg = app.query(AssistantMessage).last()
+            view = msg.query_one(".origin-view")
+            assert not view.display
+            await pilot.press("ctrl+o")
+            assert app.chat.has_class("-origin") and view.display
+            rendered = view.render()
+            assert rendered.plain == msg.entry.content
+            # two origins, two colours: the theme's $success (draft) and $warning (target)
+            colours = {str(span.style.foreground) for span in rendered.spans}
+            assert len(colours) == 2
+            await pilot.press("ctrl+o")
+            assert not view.display
+
+    run(body())
+
+
+def test_missing_model_opens_an_error_dialog_not_a_traceback(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.gguf"
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(target={"path": str(missing)}))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for_screen(pilot, app, ErrorScreen, 30)
+            screen = app.screen
+            message = str(screen.query_one("#error-message").render())
+            fix = str(screen.query_one("#error-fix").render())
+            assert str(missing) in message and "Traceback" not in message
+            assert "--target" in fix and "path" in fix
+            await pilot.click("#continue")
+            await wait_until(pilot, lambda: not isinstance(app.screen, ErrorScreen), 5, "dismiss")
+            assert app.speculator is None and not app.loading
+            assert app.check_action("load_models", ()) is True
+            await pilot.press("ctrl+q")
+
+    run(body())
+
+
+def test_bad_config_opens_an_error_dialog_and_quit_works(tmp_path: Path) -> None:
+    cfg_file = tmp_path / "config.toml"
+    cfg_file.write_text("[speculation]\nn_draft = -3\n", "utf-8")
+    args = build_parser().parse_args(["--config", str(cfg_file)])
+    from skippy_tui.cli import config_from_args
+
+    config = config_from_args(args)
+    with pytest.raises(ConfigError) as err:
+        config.engine_spec()
+
+    async def body() -> None:
+        app = SkippyApp(config)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for_screen(pilot, app, ErrorScreen, 10)
+            message = str(app.screen.query_one("#error-message").render())
+            assert str(cfg_file) in message and "n_draft" in message
+            assert str(err.value) == message
+            assert str(cfg_file) in str(app.screen.query_one("#error-fix").render())
+            await pilot.click("#quit")
+            await wait_until(pilot, lambda: app.return_code == 1, 5, "exit code 1")
+
+    run(body())
+
+
+def test_unknown_key_in_config_file_opens_the_dialog(tmp_path: Path) -> None:
+    cfg_file = tmp_path / "config.toml"
+    cfg_file.write_text('[ui]\nthem = "x"\n', "utf-8")
+    from skippy_tui.ui.launch import _config
+
+    config, error = _config(build_parser().parse_args(["--config", str(cfg_file)]))
+    assert isinstance(error, ConfigError) and "unknown key [ui] them" in str(error)
+
+    async def body() -> None:
+        app = SkippyApp(config, config_error=error)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for_screen(pilot, app, ErrorScreen, 10)
+            assert not [w for w in app.workers if w.group == "load"]
+
+    run(body())
+
+
+def test_theme_choice_persists_and_config_wins_when_edited() -> None:
+    async def first() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            assert app.theme == "skippy-dark"
+            app.theme = "skippy-light"
+            await pilot.pause()
+        assert UiState.load().theme == "skippy-light"
+
+    async def second(config: Config, expected: str) -> None:
+        app = SkippyApp(config, load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            assert app.theme == expected
+
+    run(first())
+    run(second(ui_config(), "skippy-light"))
+    run(second(ui_config(ui={"theme": "textual-light"}), "textual-light"))
+
+
+def test_broken_user_theme_is_reported_once_and_skipped() -> None:
+    folder = config_path().parent / "themes"
+    folder.mkdir(parents=True)
+    (folder / "broken.toml").write_text('name = "broken"\nprimary = "not-a-colour"\n', "utf-8")
+    (folder / "mine.toml").write_text('name = "mine"\nprimary = "#112233"\ndark = true\n', "utf-8")
+    themes, errors = load_themes()
+    names = {t.name for t in themes}
+    assert {"skippy-dark", "skippy-light", "mine"} <= names and "broken" not in names
+    assert len(errors) == 1 and "broken.toml" in errors[0] and "primary" in errors[0]
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            notes = [n for n in app._notifications if "broken.toml" in n.message]
+            assert len(notes) == 1
+            assert "mine" in app.available_themes
+
+    run(body())
+
+
+def test_input_enter_sends_ctrl_j_newline_and_history_recall() -> None:
+    state = UiState(history=["first message", "second message"])
+    state.save()
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            prompt = app.prompt
+            assert isinstance(app.focused, type(prompt))
+            await pilot.press("a", "ctrl+j", "b")
+            assert prompt.text == "a\nb"
+            prompt.clear()
+            await pilot.press("up")
+            assert prompt.text == "second message"
+            await pilot.press("up")
+            assert prompt.text == "first message"
+            await pilot.press("down", "down")
+            assert prompt.text == ""
+            assert app.query(Welcome)
+
+    run(body())
+
+
+def test_tune_dialog_checks_bounds() -> None:
+    async def body() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f3")
+            await wait_for_screen(pilot, app, TuneScreen, 5)
+            screen = app.screen
+            screen.query_one("#n_draft").value = "0"
+            await pilot.press("enter")
+            assert isinstance(app.screen, TuneScreen)
+            assert "n_draft" in str(screen.query_one("#tune-error").render())
+            screen.query_one("#n_draft").value = "6"
+            screen.query_one("#temperature").value = "0.7"
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "apply")
+            assert app.sampling.temperature == 0.7 and app.config.get("speculation", "n_draft") == 6
+
+    run(body())
+
+
+def test_palette_lists_actions_with_their_keys() -> None:
+    async def body() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            from skippy_tui.ui.commands import SkippyCommands
+
+            provider = SkippyCommands(app.screen)
+            titles = [t for t, _, _ in provider._commands()]
+            for expected in ("Stop generation  (esc)", "New chat  (^n)", "Save transcript  (^s)", "Load models  (f5)"):
+                assert expected in titles
+            assert any(t.startswith("Set temperature") for t in titles)
+            await pilot.pause()
+
+    run(body())
+
+
+def test_cli_replay_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args(["replay", str(CHAT_JSON), "--continue", "--max-tokens", "5"])
+    assert args.file == CHAT_JSON and args.continue_ and args.max_tokens == 5
+    assert main(["replay", str(tmp_path / "missing.json")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("skippy-tui: error: transcript not found") and err.count("\n") == 1

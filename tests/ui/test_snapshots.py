@@ -1,0 +1,68 @@
+"""Snapshots of the main screen, the inspector and an error dialog, in fixed states.
+
+Driven from the committed transcript fixture (no models) or a load that fails
+before any model is read, with the input's cursor blink off, so each render
+is the same on every run. Update with ``pytest --snapshot-update`` and look
+at the SVGs in ``__snapshots__/`` before committing them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ui_helpers import CHAT_JSON, SIZE, ui_config, wait_for_screen, wait_until
+
+from skippy_tui.transcript import Transcript
+from skippy_tui.ui.app import SkippyApp
+from skippy_tui.ui.screens import ErrorScreen, InspectorScreen
+
+
+def replay_app() -> SkippyApp:
+    return SkippyApp(ui_config(), transcript=Transcript.load(CHAT_JSON), transcript_path=CHAT_JSON, load_models=False)
+
+
+async def _steady(pilot) -> None:
+    pilot.app.query_one("PromptInput").cursor_blink = False
+    await pilot.wait_for_scheduled_animations()
+    await pilot.pause()
+
+
+def test_main_screen_replay(snap_compare) -> None:
+    async def run_before(pilot) -> None:
+        await _steady(pilot)
+
+    assert snap_compare(replay_app(), terminal_size=SIZE, run_before=run_before)
+
+
+def test_main_screen_origin_colouring(snap_compare) -> None:
+    async def run_before(pilot) -> None:
+        await pilot.press("ctrl+o")
+        await wait_until(pilot, lambda: not pilot.app._notifications, 10, "the toast to go")
+        await _steady(pilot)
+
+    assert snap_compare(replay_app(), terminal_size=SIZE, run_before=run_before)
+
+
+def test_inspector(snap_compare) -> None:
+    async def run_before(pilot) -> None:
+        app = pilot.app
+        table = app.panel.timeline
+        first_rejection = next(i for i, s in enumerate(table.steps) if s.n_accepted < len(s.proposed))
+        table.focus()
+        table.move_cursor(row=first_rejection)
+        await pilot.press("enter")
+        await wait_for_screen(pilot, app, InspectorScreen, 10)
+        await _steady(pilot)
+
+    assert snap_compare(replay_app(), terminal_size=SIZE, run_before=run_before)
+
+
+def test_error_dialog_missing_model(snap_compare) -> None:
+    config = ui_config(target={"path": "/models/missing-target.gguf"})
+    config.source = Path("/home/me/.config/skippy-tui/config.toml")  # fixed, for a stable "how to fix" line
+
+    async def run_before(pilot) -> None:
+        await wait_for_screen(pilot, pilot.app, ErrorScreen, 30)
+        await _steady(pilot)
+
+    assert snap_compare(SkippyApp(config), terminal_size=SIZE, run_before=run_before)

@@ -1,0 +1,64 @@
+"""UI test helpers: running async bodies and polling waits.
+
+Tests drive the real app with Textual's Pilot. Waits poll a condition with a
+timeout (``wait_until``) instead of sleeping a fixed time, so they are as fast
+as the machine allows and fail with a clear message when something hangs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CHAT_JSON = FIXTURES / "chat.json"
+SIZE = (140, 40)
+
+
+def run(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run one async test body (no asyncio plugin needed)."""
+    return asyncio.run(coro)
+
+
+async def wait_until(pilot: Any, cond: Callable[[], bool], timeout: float = 120.0, what: str = "condition") -> float:
+    """Poll ``cond`` between app frames; returns the seconds it took.
+
+    Raises:
+        AssertionError: still false after ``timeout`` seconds.
+    """
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        await pilot.pause(0.05)
+    return time.monotonic() - t0
+
+
+def ui_config(max_tokens: int = 8, **sections: dict[str, Any]) -> Any:
+    """The defaults (never a developer's own config file) with a short reply cap.
+
+    One thread per model: on a small shared machine llama.cpp's spinning worker
+    threads make two-thread decoding several times slower than one.
+    """
+    from skippy_tui.config import Config
+
+    cfg = Config()
+    cfg.set("generation", "max_tokens", max_tokens)
+    cfg.set("target", "threads", 1)
+    cfg.set("target", "threads_batch", 1)
+    for section, values in sections.items():
+        for key, value in values.items():
+            cfg.set(section, key, value)
+    return cfg
+
+
+async def wait_for_screen(pilot: Any, app: Any, cls: type, timeout: float = 30.0) -> Any:
+    """Wait until a screen of type ``cls`` is on top with its dialog composed; return it."""
+    await wait_until(
+        pilot, lambda: isinstance(app.screen, cls) and bool(app.screen.query("#dialog")), timeout, cls.__name__
+    )
+    await pilot.pause()
+    return app.screen
