@@ -58,7 +58,10 @@ def add_model_flags(p: argparse.ArgumentParser, sub: bool = False) -> None:
     g.add_argument("--n-gpu-layers", type=_positive_int, metavar="N", help="layers to offload (-1 = all)")
     g.add_argument("--device", metavar="NAME", help="backend device, e.g. CUDA0")
     s = p.add_argument_group("speculation and sampling")
-    s.add_argument("--n-draft", type=_n_draft, metavar="K", help="tokens per proposal (k)")
+    s.add_argument("--n-draft", type=_n_draft, metavar="K", help='tokens per proposal (k), or "auto"')
+    s.add_argument(
+        "--draft-source", choices=("model", "ngram", "ngram+model"), help="what proposes: draft model, n-gram lookup"
+    )
     s.add_argument("--n-min", type=_positive_int, metavar="N", help="fewest proposed tokens worth verifying")
     s.add_argument("--p-min", type=_float, metavar="P", help="stop drafting below this draft probability")
     s.add_argument("--temperature", type=_float, metavar="T", help="0 = greedy")
@@ -78,6 +81,7 @@ _FLAG_KEYS = {
     "n_gpu_layers": ("target", "n_gpu_layers"),
     "device": ("target", "device"),
     "n_draft": ("speculation", "n_draft"),
+    "draft_source": ("speculation", "source"),
     "n_min": ("speculation", "n_min"),
     "p_min": ("speculation", "p_min"),
     "temperature": ("sampling", "temperature"),

@@ -23,6 +23,9 @@ from .engine.sampling import SamplingParams
 from .engine.settings import GenerationSettings, ModelSpec, SpeculationSettings, draft_load_params
 
 APP = "skippy-tui"
+EMBEDDED_N_DRAFT = 4
+"""k for the embedded demo pair unless ``n_draft`` is set: it exists to show
+speculation, and on it ``auto`` would mostly choose plain decoding."""
 
 
 class ConfigError(SkippyError):
@@ -55,7 +58,7 @@ _DRAFT_KEYS: dict[str, Any] = {"path": "", "enabled": True, **{k: None for k in 
 SCHEMA: dict[str, dict[str, Any]] = {
     "target": _TARGET_KEYS,
     "draft": _DRAFT_KEYS,
-    "speculation": {"enabled": True, "n_draft": 4, "n_min": 0, "p_min": 0.0, "source": "model"},
+    "speculation": {"enabled": True, "n_draft": "auto", "n_draft_max": 8, "n_min": 0, "p_min": 0.0, "source": "model"},
     "sampling": {"temperature": 0.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "seed": 0},
     "generation": {"max_tokens": 512, "stop": [], "system_prompt": ""},
     "ui": {"theme": "skippy-dark", "color_origin": False, "autosave": False, "transcript_dir": ""},
@@ -110,12 +113,16 @@ class Config:
                 draft = ModelSpec(None, draft_load_params(t_load, overrides))
             use_draft = bool(d["enabled"]) and (draft is not None)
             sp = self.values["speculation"]
+            n_draft = sp["n_draft"]
+            if target.path is None and "speculation.n_draft" not in self.present:
+                n_draft = EMBEDDED_N_DRAFT
             speculation = SpeculationSettings(
-                enabled=bool(sp["enabled"]) and use_draft,
-                n_draft=sp["n_draft"],
+                enabled=bool(sp["enabled"]) and (use_draft or sp["source"] != "model"),
+                n_draft=n_draft,
                 n_min=sp["n_min"],
                 p_min=float(sp["p_min"]),
                 source=sp["source"],
+                n_draft_max=sp["n_draft_max"],
             )
             return EngineSpec(target, draft, speculation, cache_dir(), use_draft=use_draft)
 
@@ -166,8 +173,8 @@ def _check_value(source: Path | None, section: str, key: str, value: Any) -> Any
     ok = isinstance(value, type(default)) and not (isinstance(value, bool) and not isinstance(default, bool))
     if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
         ok, value = True, float(value)
-    if section == "speculation" and key == "n_draft" and value == "auto":
-        ok = True
+    if section == "speculation" and key == "n_draft":
+        ok = value == "auto" or (isinstance(value, int) and not isinstance(value, bool))
     if isinstance(default, list) and ok and not all(isinstance(x, str) for x in value):
         ok = False
     if not ok:

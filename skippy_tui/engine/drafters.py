@@ -27,12 +27,14 @@ class Proposal:
 
     ``rows[i]`` is the draft's distribution (logits, ``(n_vocab,)``) at proposal
     position ``i``; it may hold one row more than ``tokens`` when drafting
-    stopped on ``p_min``. Empty rows for sources without a distribution.
+    stopped on ``p_min``. Empty rows for sources without a distribution, whose
+    ``probs`` are ``None``. ``source``: what proposed it (``model``/``ngram``).
     """
 
     tokens: tuple[int, ...] = ()
-    probs: tuple[float, ...] = ()
+    probs: tuple[float | None, ...] = ()
     rows: tuple[np.ndarray, ...] = field(default=(), repr=False)
+    source: str = ""
 
 
 class Drafter(Protocol):
@@ -95,7 +97,7 @@ class ModelDrafter:
             tokens.append(tid)
             probs.append(p)
             current = tid
-        return Proposal(tuple(tokens), tuple(probs), tuple(rows))
+        return Proposal(tuple(tokens), tuple(probs), tuple(rows), self.source)
 
     def reset(self) -> None:
         self.cache.reset()

@@ -108,6 +108,10 @@ class StepVerified(Event):
     were accepted). ``n_past_before``/``n_past_after``: tokens in the target KV
     cache. ``delta``: the text this step released to the stream (it may lag the
     tokens while a possible stop string or a split UTF-8 character is held).
+    ``k_reason``: why this k (for ``n_draft = "auto"``, the expected tokens/s of
+    the alternatives). ``draft_source``: what proposed (``model``/``ngram``;
+    empty for a step without a proposal). An n-gram proposal's ``prob`` is
+    ``None`` and its ``sync`` is what the n-gram index took in.
     """
 
     type: ClassVar[str] = "step"
@@ -127,6 +131,7 @@ class StepVerified(Event):
     verify_ms: float
     delta: tuple[TextSpan, ...]
     k_reason: str = ""
+    draft_source: str = ""
 
     @property
     def text(self) -> str:

@@ -84,8 +84,12 @@ def check_spec(spec: EngineSpec, progress: Progress = _noop) -> tuple[Path, Mode
         validate_capacity(
             ContextCapacity("target", spec.target.load.n_batch, spec.target.load.n_ubatch),
             ContextCapacity("draft", d_load.n_batch, d_load.n_ubatch),
-            spec.speculation.n_draft,
+            spec.speculation.k_max,
         )
+    elif spec.speculation.enabled and spec.speculation.source != "model":
+        # n-gram drafting without a draft model: only the target verifies
+        target_cap = ContextCapacity("target", spec.target.load.n_batch, spec.target.load.n_ubatch)
+        validate_capacity(target_cap, None, spec.speculation.k_max)
     return target_path, t_info, draft_path, d_info
 
 
@@ -113,7 +117,7 @@ def load_speculator(spec: EngineSpec, progress: Progress = _noop) -> Speculator:
             drafter = ModelDrafter(d_model, d_ctx)
         template = template_for(t_model, t_info.chat_template, t_info.architecture, spec.target.chat_template)
         speculation = spec.speculation
-        if drafter is None and speculation.enabled:
+        if drafter is None and speculation.enabled and speculation.source == "model":
             speculation = dataclasses.replace(speculation, enabled=False)
     except BaseException:
         for obj in reversed(owned):

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .bounds import check_int, validate_speculation
+from .bounds import MAX_DRAFT_TOKENS, check_int, validate_speculation
 from .errors import BoundsError
 from .native import FLASH_ATTN, KV_CACHE_TYPES, SPLIT_MODES, LoadParams
 from .sampling import SamplingParams
@@ -78,23 +78,42 @@ DRAFT_SOURCES = ("model", "ngram", "ngram+model")
 class SpeculationSettings:
     """How proposals are made and checked.
 
-    ``n_draft``: tokens per proposal (k), 1..4096. ``n_min``: below this many
-    proposed tokens a step decodes plainly. ``p_min``: drafting stops when the
-    draft's top probability falls below it. ``enabled`` False = plain decoding.
+    ``n_draft``: tokens per proposal (k), 1..4096, or ``"auto"``: each step's k
+    is chosen in ``0..n_draft_max`` to maximise measured tokens/s
+    (:mod:`adaptive`). ``n_draft_max``: the largest k ``auto`` may pick,
+    1..4096 (default 8). ``n_min``: below this many proposed tokens a step
+    decodes plainly. ``p_min``: drafting stops when the draft's top probability
+    falls below it. ``source``: ``model`` (the draft model), ``ngram``
+    (prompt lookup, no model needed) or ``ngram+model`` (n-gram when it
+    matches, else the model). ``enabled`` False = plain decoding.
 
     Raises:
         BoundsError: per the bounds contract.
     """
 
     enabled: bool = True
-    n_draft: int = 4
+    n_draft: int | str = 4
     n_min: int = 0
     p_min: float = 0.0
     source: str = "model"
+    n_draft_max: int = 8
 
     def __post_init__(self) -> None:
-        validate_speculation(1, self.n_draft, self.n_min, self.p_min)
+        if isinstance(self.n_draft, str) and self.n_draft != "auto":
+            raise BoundsError("n_draft", self.n_draft, f'an integer in 1..{MAX_DRAFT_TOKENS} or "auto"')
+        check_int("n_draft_max", self.n_draft_max, 1, MAX_DRAFT_TOKENS)
+        validate_speculation(1, self.k_max, self.n_min, self.p_min)
         _choice("speculation.source", self.source, DRAFT_SOURCES)
+
+    @property
+    def auto(self) -> bool:
+        """True when each step's k is chosen adaptively."""
+        return self.n_draft == "auto"
+
+    @property
+    def k_max(self) -> int:
+        """The largest k a step may propose: ``n_draft``, or ``n_draft_max`` for ``auto``."""
+        return self.n_draft_max if self.n_draft == "auto" else self.n_draft  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

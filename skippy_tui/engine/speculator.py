@@ -28,14 +28,16 @@ from dataclasses import replace
 
 import numpy as np
 
+from .adaptive import AdaptiveK, VerifyCosts
 from .bounds import validate_prompt_len
 from .chat import ChatTemplate, Message, prompt_tokens
-from .drafters import Drafter, Proposal
-from .errors import ContextFullError, SkippyError
+from .drafters import Drafter, ModelDrafter, Proposal
+from .errors import BoundsError, ContextFullError, SkippyError
 from .events import Event, ReplyFinished, ReplyStarted, StepVerified, SyncInfo, TextSpan, TokenInfo
 from .gguf_info import ModelInfo
 from .kvcache import KvCache
 from .native import Context, Model
+from .ngram import NgramDrafter, build_drafter
 from .sampling import filtered_probs, softmax, top_k_list, verify_greedy, verify_stochastic
 from .settings import GenerationSettings, SpeculationSettings
 from .stats import AcceptanceStats
@@ -67,9 +69,20 @@ class Speculator:
         self.draft_info = draft_info
         self.target_cache = KvCache(target_ctx)
         self.template = template
-        self.drafter = drafter
         self.speculation = speculation or SpeculationSettings(enabled=drafter is not None)
-        self.k_policy: object | None = None  # adaptive-k hook: .choose(k_max) -> (k, reason)
+        # a ModelDrafter is kept aside so the draft source can change at runtime;
+        # any other Drafter is used as given
+        self.model_drafter = drafter if isinstance(drafter, ModelDrafter) else None
+        self._ngram = NgramDrafter()
+        self.drafter = drafter
+        if drafter is None or self.model_drafter is not None:
+            self.drafter = build_drafter(self.speculation.source, self.model_drafter, self._ngram)
+        # k-policy hook: .choose(k_max) -> (k, reason), optional .observe(**step);
+        # n_draft = "auto" installs an AdaptiveK per draft source (they share verify costs)
+        self.k_policy: object | None = None
+        self._verify_costs = VerifyCosts()
+        self._policies: dict[str, AdaptiveK] = {}
+        self._install_policy()
         self._turn = 0
 
     # -- settings that apply from the next step -------------------------------------
@@ -80,12 +93,29 @@ class Speculator:
         Raises:
             BoundsError: a value is out of bounds; nothing changes.
         """
-        self.speculation = replace(self.speculation, **changes)  # type: ignore[arg-type]
+        new = replace(self.speculation, **changes)  # type: ignore[arg-type]
+        if new.source != self.speculation.source:
+            drafter = build_drafter(new.source, self.model_drafter, self._ngram)
+            if drafter is None:
+                raise BoundsError("speculation.source", new.source, "ngram or ngram+model (no draft model loaded)")
+            self.drafter = drafter
+        self.speculation = new
+        self._install_policy()
         return self.speculation
+
+    def _install_policy(self) -> None:
+        """An adaptive policy for the current source when ``n_draft = "auto"``, else none."""
+        if self.speculation.auto:
+            key = self.drafter.source if self.drafter is not None else "none"
+            if key not in self._policies:
+                self._policies[key] = AdaptiveK(self._verify_costs)
+            self.k_policy = self._policies[key]
+        elif isinstance(self.k_policy, AdaptiveK):
+            self.k_policy = None
 
     def close(self) -> None:
         """Free both contexts and models (contexts first: they borrow the models)."""
-        cache = getattr(self.drafter, "cache", None)
+        cache = getattr(self.model_drafter or self.drafter, "cache", None)
         if cache is not None:
             cache.ctx.close()
             cache.ctx.model.close()
@@ -95,7 +125,7 @@ class Speculator:
     def abort(self) -> None:
         """Make a native decode in flight return early (quit mid-stream)."""
         self.target_cache.ctx.set_abort(True)
-        cache = getattr(self.drafter, "cache", None)
+        cache = getattr(self.model_drafter or self.drafter, "cache", None)
         if cache is not None:
             cache.ctx.set_abort(True)
 
@@ -111,7 +141,10 @@ class Speculator:
     def forget(self) -> None:
         """Drop both KV caches (a new chat)."""
         self.target_cache.reset()
-        if self.drafter is not None:
+        self._ngram.reset()
+        if self.model_drafter is not None:
+            self.model_drafter.reset()
+        if self.drafter is not None and self.drafter not in (self._ngram, self.model_drafter):
             self.drafter.reset()
 
     # -- generation ------------------------------------------------------------------
@@ -249,6 +282,12 @@ class Speculator:
                 len(proposal.tokens), n_acc, n_used,
                 step_ms=step_ms, sync_ms=sync_ms, draft_ms=draft_ms, verify_ms=verify_ms,
             )  # fmt: skip
+            observe = getattr(self.k_policy, "observe", None)
+            if observe is not None:
+                observe(
+                    k=k, n_proposed=len(proposal.tokens), n_accepted=n_acc, sync=sync_info,
+                    sync_ms=sync_ms, draft_ms=draft_ms, verify_ms=verify_ms, step_ms=step_ms,
+                )  # fmt: skip
             text += [s for s, _ in delta]
             yield self._step_event(
                 step, n_past, k, k_reason, sync_info, proposal, n_acc, committed, logits,
@@ -290,7 +329,7 @@ class Speculator:
         n_past = len(context) - 1
         # the verify batch [last, d1..dk] must fit the target's window; more than
         # remaining - 1 proposals could never all be committed
-        k_max = min(spec.n_draft, self.n_ctx - n_past - 1, self.drafter.room(context), remaining - 1)
+        k_max = min(spec.k_max, self.n_ctx - n_past - 1, self.drafter.room(context), remaining - 1)
         if k_max <= 0:
             return 0, "no room"
         if self.k_policy is not None:
@@ -341,6 +380,7 @@ class Speculator:
             verify_ms=verify_ms,
             delta=tuple(TextSpan(s, o) for s, o in delta),  # type: ignore[arg-type]
             k_reason=k_reason,
+            draft_source=proposal.source if proposal.tokens else "",
         )
 
 

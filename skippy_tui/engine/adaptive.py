@@ -1,0 +1,362 @@
+"""Adaptive draft length: pick each step's k to maximise expected tokens per second.
+
+The policy measures, online, what a step costs and what it yields, and each step
+chooses the ``k`` in ``0..k_max`` with the highest expected rate — ``k = 0``
+(plain decoding) included, so speculation that cannot pay is switched off.
+
+Cost model, per step with ``k`` proposed tokens (all times in ms, medians of
+the most recent measurements)::
+
+    T(0) = o + V(1)
+    T(k) = o + s + c_d * D(k) + V(1 + M(k))          k >= 1
+
+* ``o``: per-step overhead outside sync/draft/verify (commit loop, events);
+* ``s``: the draft sync of a step that follows a speculative step (usually a
+  one-token extend; catch-up prefills after plain steps are not counted);
+* ``c_d``: draft cost per draft call (a draft model's decode; ~0 for n-gram);
+* ``V(b)``: the target's verify cost for a batch of ``b`` rows, measured per
+  ``b`` and interpolated piecewise-linearly between measured sizes;
+* ``D(k) = sum_{i=1..k} P(m >= i-1)`` draft calls, ``M(k) = sum_{i=1..k} P(m >= i)``
+  expected proposal length, where ``m`` is how many tokens the draft actually
+  offers (it may stop early: ``p_min``, no n-gram match).
+
+Yield per step (the committed correction/bonus token plus the accepted ones)::
+
+    E(k) = 1 + sum_{i=1..k} prod_{j=1..i} q_j * a_j
+
+with ``q_j = P(m >= j | m >= j-1)`` (the draft offers position ``j``) and
+``a_j = P(token j accepted | offered, tokens < j accepted)`` (acceptance by
+position, conditional). Counts decay geometrically so they follow the current
+text; an unmeasured position borrows the estimate of the one before it.
+
+The chosen k maximises ``E(k) / T(k)``. Every ``probe_every`` steps (the gap
+doubling up to ``probe_max`` while the verdict — speculate or not — holds) one
+step probes an alternative instead: the best speculative k when plain decoding wins (so the
+policy notices when speculation starts to pay), otherwise alternately plain
+decoding and ``best + 1``.
+
+The policy is pure Python (no model, no clock): feed it :meth:`AdaptiveK.observe`
+and ask :meth:`AdaptiveK.choose`, which makes it table-testable with synthetic
+costs.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+from statistics import median
+
+WINDOW = 9
+"""Recent measurements kept per cost (their median is the estimate)."""
+
+
+class Recent:
+    """The median of the last ``n`` measurements (robust to scheduling spikes)."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, n: int = WINDOW) -> None:
+        self._values: deque[float] = deque(maxlen=n)
+
+    def add(self, value: float) -> None:
+        self._values.append(float(value))
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @property
+    def value(self) -> float | None:
+        return median(self._values) if self._values else None
+
+
+class VerifyCosts:
+    """The target's verify time by batch size (``b = k + 1`` rows).
+
+    Measured sizes use their recent median; others are interpolated linearly
+    between the nearest measured sizes, or extrapolated with the slope of the
+    last two (``prior_slope`` x the smallest measured cost per row when only one
+    size is known). Shared by the policies of different draft sources: it is a
+    property of the target and the machine.
+    """
+
+    def __init__(self, prior_slope: float = 0.1) -> None:
+        self.prior_slope = prior_slope
+        self._by_size: dict[int, Recent] = {}
+
+    def add(self, batch: int, ms: float) -> None:
+        self._by_size.setdefault(batch, Recent()).add(ms)
+
+    def measured(self) -> dict[int, float]:
+        """``{batch size: median ms}`` for every measured size."""
+        return {b: r.value for b, r in sorted(self._by_size.items()) if r.value is not None}  # type: ignore[misc]
+
+    def count(self, batch: int) -> int:
+        r = self._by_size.get(batch)
+        return len(r) if r is not None else 0
+
+    def at(self, batch: float) -> float | None:
+        """Estimated ms for a (possibly fractional, expected) batch size; None before any data."""
+        pts = sorted(self.measured().items())
+        if not pts:
+            return None
+        if len(pts) == 1:
+            b0, v0 = pts[0]
+            slope = self.prior_slope * v0 / (1 + self.prior_slope * (b0 - 1))
+            return max(v0 + slope * (batch - b0), 0.5 * v0)
+        for (b0, v0), (b1, v1) in pairwise(pts):
+            if b0 <= batch <= b1:
+                return v0 + (v1 - v0) * (batch - b0) / (b1 - b0)
+        if batch < pts[0][0]:
+            (b0, v0), (b1, v1) = pts[0], pts[1]
+        else:
+            (b0, v0), (b1, v1) = pts[-2], pts[-1]
+        slope = max((v1 - v0) / (b1 - b0), 0.0)
+        return max(v0 + slope * (batch - b0), 0.5 * min(v0, v1))
+
+
+@dataclass(frozen=True)
+class Costs:
+    """The cost inputs of the model (ms). ``verify[b - 1]`` is ``V(b)``."""
+
+    verify: Sequence[float]
+    draft_per_call: float
+    sync: float = 0.0
+    overhead: float = 0.0
+
+    def verify_at(self, batch: float) -> float:
+        """``V`` at a fractional batch size (linear between integer sizes)."""
+        lo = min(max(int(batch), 1), len(self.verify))
+        hi = min(lo + 1, len(self.verify))
+        frac = min(max(batch - lo, 0.0), 1.0)
+        return self.verify[lo - 1] + (self.verify[hi - 1] - self.verify[lo - 1]) * frac
+
+
+def expected_tokens(k: int, accept: Sequence[float], offer: Sequence[float] | None = None) -> float:
+    """``E(k)``: committed tokens per step (1 + expected accepted prefix)."""
+    total, reach = 1.0, 1.0
+    for i in range(k):
+        reach *= (offer[i] if offer is not None else 1.0) * accept[i]
+        total += reach
+    return total
+
+
+def expected_step_ms(k: int, costs: Costs, offer: Sequence[float] | None = None) -> float:
+    """``T(k)``: expected ms of a step proposing up to ``k`` tokens."""
+    if k <= 0:
+        return costs.overhead + costs.verify_at(1)
+    calls, offered, p = 0.0, 0.0, 1.0  # p = P(m >= i)
+    for i in range(k):
+        calls += p  # call i+1 happens when the draft offered i tokens so far
+        p *= offer[i] if offer is not None else 1.0
+        offered += p
+    return costs.overhead + costs.sync + costs.draft_per_call * calls + costs.verify_at(1 + offered)
+
+
+def expected_rates(
+    k_max: int, accept: Sequence[float], costs: Costs, offer: Sequence[float] | None = None
+) -> list[float]:
+    """Expected tokens/s for ``k = 0..k_max`` (``accept``/``offer`` need ``k_max`` entries)."""
+    return [1000.0 * expected_tokens(k, accept, offer) / expected_step_ms(k, costs, offer) for k in range(k_max + 1)]
+
+
+def best_k(rates: Sequence[float]) -> int:
+    """The k with the highest rate; ties go to the smaller k."""
+    return max(range(len(rates)), key=lambda k: (rates[k], -k))
+
+
+def break_even_acceptance(k: int, costs: Costs) -> float | None:
+    """The per-position acceptance ``a`` (same at every position) at which k ties plain.
+
+    Solves ``(1 + a + ... + a^k) / T(k) = 1 / T(0)``; ``None`` when even
+    ``a = 1`` loses (speculation at this k can never pay), 0.0 when any wins.
+    """
+    if k <= 0:
+        return None
+    need = expected_step_ms(k, costs) / expected_step_ms(0, costs)
+    if expected_tokens(k, [1.0] * k) < need:
+        return None
+    if need <= 1.0:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        if expected_tokens(k, [mid] * k) < need:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+@dataclass
+class _Counts:
+    """Decayed counts by draft position: offered/asked and accepted/reached."""
+
+    asked: list[float] = field(default_factory=list)
+    offered: list[float] = field(default_factory=list)
+    reached: list[float] = field(default_factory=list)
+    accepted: list[float] = field(default_factory=list)
+
+    def grow(self, n: int) -> None:
+        for lst in (self.asked, self.offered, self.reached, self.accepted):
+            lst.extend([0.0] * (n - len(lst)))
+
+    def decay(self, f: float) -> None:
+        for lst in (self.asked, self.offered, self.reached, self.accepted):
+            for i in range(len(lst)):
+                lst[i] *= f
+
+    def add(self, k: int, n_proposed: int, n_accepted: int) -> None:
+        self.grow(k)
+        for i in range(k):
+            if n_proposed >= i:  # position i+1 was asked for, the draft had offered i
+                self.asked[i] += 1
+                if n_proposed > i:
+                    self.offered[i] += 1
+            if n_proposed > i and n_accepted >= i:  # position i+1 offered, tokens <= i accepted
+                self.reached[i] += 1
+                if n_accepted > i:
+                    self.accepted[i] += 1
+
+
+def _smoothed(num: Sequence[float], den: Sequence[float], n: int, first_prior: float, weight: float) -> list[float]:
+    """Per-position rates with a prior of ``weight`` pseudo-counts at the previous position's rate."""
+    out: list[float] = []
+    prior = first_prior
+    for i in range(n):
+        d = den[i] if i < len(den) else 0.0
+        x = num[i] if i < len(num) else 0.0
+        rate = (x + weight * prior) / (d + weight)
+        out.append(rate)
+        prior = rate
+    return out
+
+
+class AdaptiveK:
+    """A k-policy for :class:`~skippy_tui.engine.speculator.Speculator` (``n_draft = "auto"``).
+
+    ``choose(k_max) -> (k, reason)`` and ``observe(...)`` after every step.
+    """
+
+    def __init__(
+        self,
+        verify: VerifyCosts | None = None,
+        probe_every: int = 16,
+        probe_max: int = 128,
+        decay: float = 0.98,
+        warmup_k: int = 4,
+    ) -> None:
+        self.verify = verify if verify is not None else VerifyCosts()
+        self.probe_every = probe_every
+        self.probe_max = probe_max
+        self.decay = decay
+        self.warmup_k = warmup_k
+        self.draft_call = Recent()
+        self.sync = Recent()
+        self.overhead = Recent()
+        self.counts = _Counts()
+        self._interval = probe_every
+        self._since_probe = 0
+        self._probe_toggle = False
+        self._last_best: int | None = None
+        self._prev_k = 0
+        self._spec_steps = 0
+        self.last_rates: list[float] = []
+
+    # -- what it has measured ---------------------------------------------------------
+
+    def reset_draft(self) -> None:
+        """Forget draft-side measurements (another draft source); verify costs stay."""
+        self.draft_call, self.sync, self.counts = Recent(), Recent(), _Counts()
+        self._spec_steps, self._interval, self._since_probe = 0, self.probe_every, 0
+
+    def observe(
+        self,
+        *,
+        k: int,
+        n_proposed: int,
+        n_accepted: int,
+        sync_ms: float = 0.0,
+        draft_ms: float = 0.0,
+        verify_ms: float = 0.0,
+        step_ms: float | None = None,
+        **_: object,
+    ) -> None:
+        """Record one finished step (``k`` asked for, ``n_proposed`` offered, ``n_accepted`` kept)."""
+        self.verify.add(n_proposed + 1, verify_ms)
+        if step_ms is not None:
+            self.overhead.add(max(step_ms - sync_ms - draft_ms - verify_ms, 0.0))
+        if k > 0:
+            self._spec_steps += 1
+            self.draft_call.add(draft_ms / max(1, min(k, n_proposed + 1)))
+            if self._prev_k > 0:
+                self.sync.add(sync_ms)
+            self.counts.decay(self.decay)
+            self.counts.add(k, n_proposed, n_accepted)
+        self._prev_k = k
+
+    def acceptance(self, n: int) -> list[float]:
+        """Estimated conditional acceptance ``a_1..a_n``."""
+        c = self.counts
+        return _smoothed(c.accepted, c.reached, n, 0.5, 1.0)
+
+    def offer(self, n: int) -> list[float]:
+        """Estimated ``q_1..q_n``: the draft offers position ``j`` once it offered ``j - 1``."""
+        c = self.counts
+        return _smoothed(c.offered, c.asked, n, 1.0, 1.0)
+
+    def costs(self, k_max: int) -> Costs | None:
+        """The current cost estimates, or None while something is unmeasured."""
+        d = self.draft_call.value
+        if d is None or self.verify.at(1) is None:
+            return None
+        s = self.sync.value if self.sync.value is not None else d
+        o = self.overhead.value or 0.0
+        verify = [self.verify.at(b) or 0.0 for b in range(1, k_max + 2)]
+        return Costs(verify, d, s, o)
+
+    def rates(self, k_max: int) -> list[float] | None:
+        """Expected tokens/s for k = 0..k_max, or None before warm-up data exists."""
+        costs = self.costs(k_max)
+        if costs is None:
+            return None
+        return expected_rates(k_max, self.acceptance(k_max), costs, self.offer(k_max))
+
+    def speedup(self, k: int, k_max: int) -> float | None:
+        """Expected rate at ``k`` relative to plain decoding (the status bar's verdict)."""
+        r = self.rates(max(k, k_max, 1))
+        return r[k] / r[0] if r and r[0] > 0 else None
+
+    # -- choosing -------------------------------------------------------------------
+
+    def choose(self, k_max: int) -> tuple[int, str]:
+        """This step's k in ``0..k_max`` and why (expected tokens/s of the alternatives)."""
+        if self.verify.count(1) == 0:
+            return 0, "auto: measuring plain step"
+        if self._spec_steps < 2:
+            return min(self.warmup_k, k_max), "auto: measuring draft"
+        rates = self.rates(k_max)
+        assert rates is not None
+        self.last_rates = rates
+        best = best_k(rates)
+        if self._last_best is None or (best == 0) != (self._last_best == 0):
+            # the verdict flipped (speculate or not): probe often again until it settles
+            self._interval, self._since_probe = self.probe_every, 0
+        self._last_best = best
+        self._since_probe += 1
+        if self._since_probe >= self._interval and k_max >= 1:
+            self._since_probe = 0
+            self._interval = min(self._interval * 2, self.probe_max)
+            if best == 0:
+                probe = best_k(rates[1:]) + 1
+            else:
+                self._probe_toggle = not self._probe_toggle
+                probe = 0 if self._probe_toggle or best == k_max else best + 1
+            return probe, f"auto: probe k={probe} est {rates[probe]:.1f} tok/s (best k={best} {rates[best]:.1f})"
+        return best, f"auto: k={best} est {rates[best]:.1f} tok/s (" + _alternatives(rates, best) + ")"
+
+
+def _alternatives(rates: Sequence[float], best: int) -> str:
+    shown = sorted({0, max(best - 1, 0), min(best + 1, len(rates) - 1)} - {best})
+    return ", ".join(("plain" if k == 0 else f"k={k}") + f" {rates[k]:.1f}" for k in shown)

@@ -1,0 +1,187 @@
+"""N-gram (prompt-lookup) drafting: proposals copied from the context itself.
+
+When a reply repeats what the context already holds — a text being rewritten
+with small edits, code being refactored, a quoted passage, a loop — the tokens
+that followed the last occurrence of the current suffix are a good guess for
+what comes next. No draft model is needed (Saxena 2023, "prompt lookup
+decoding"; llama.cpp's ``lookup`` example).
+
+:class:`NgramIndex` maps every n-gram of the context (``n`` from ``n_max``
+down to ``n_min``) to the position after its most recent occurrence. A lookup
+takes the longest suffix of the context that occurred before and copies what
+followed it, overlapping into its own output when the copy reaches the end of
+the context (so a repeating pattern is continued, LZ77-style).
+
+:class:`NgramDrafter` is a :class:`~skippy_tui.engine.drafters.Drafter`. Its
+sync plan reports what the *index* took in, with the kinds a KV cache uses:
+``extend a..b`` (context tokens ``a..b-1`` indexed), ``truncate keep→b`` (an
+edit: entries past ``keep`` dropped, then extended), ``reset 0..b`` (rebuilt),
+``synced``. The panel shows it like a model's sync; it costs microseconds.
+Proposed tokens carry ``prob = None`` (no distribution) and no logits rows.
+
+:class:`CombinedDrafter` (``ngram+model``) proposes from the n-gram index when
+the context's suffix has a match, else from the draft model; only the drafter
+that proposes is synced, so a model left behind catches up in one batched
+prefill when it is next used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .drafters import Drafter, ModelDrafter, Proposal
+from .errors import BoundsError
+from .events import SyncInfo
+from .sync import common_prefix_len
+
+NGRAM_MAX = 4
+NGRAM_MIN = 2
+UNLIMITED_ROOM = 1 << 30
+
+
+class NgramIndex:
+    """N-gram → position after its most recent occurrence, over a growing token list."""
+
+    def __init__(self, n_max: int = NGRAM_MAX, n_min: int = NGRAM_MIN) -> None:
+        if not 1 <= n_min <= n_max:
+            raise BoundsError("ngram sizes", (n_min, n_max), "1 <= n_min <= n_max")
+        self.n_max, self.n_min = n_max, n_min
+        self.tokens: list[int] = []
+        self._after: dict[tuple[int, ...], int] = {}
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        """Append tokens; each becomes the continuation of the n-grams ending before it."""
+        toks, after = self.tokens, self._after
+        for t in tokens:
+            p = len(toks)
+            for n in range(self.n_min, min(self.n_max, p) + 1):
+                after[tuple(toks[p - n : p])] = p
+            toks.append(t)
+
+    def truncate(self, keep: int) -> None:
+        """Keep the first ``keep`` tokens (rebuilds the map)."""
+        kept = self.tokens[:keep]
+        self.tokens, self._after = [], {}
+        self.extend(kept)
+
+    def match(self, context: Sequence[int] | None = None) -> tuple[int, int] | None:
+        """``(n, position)`` of the longest suffix of ``context`` (default: the indexed
+        tokens) seen before, and where its continuation starts; None without a match."""
+        ctx = self.tokens if context is None else context
+        for n in range(min(self.n_max, len(ctx)), self.n_min - 1, -1):
+            p = self._after.get(tuple(ctx[len(ctx) - n :]))
+            if p is not None and p < len(ctx):
+                return n, p
+        return None
+
+    def continuation(self, context: Sequence[int], k: int) -> list[int]:
+        """Up to ``k`` tokens predicted to follow ``context`` (empty without a match)."""
+        m = self.match(context)
+        if m is None or k <= 0:
+            return []
+        _, p = m
+        out: list[int] = []
+        n = len(context)
+        for i in range(k):
+            j = p + i
+            out.append(context[j] if j < n else out[j - n])
+        return out
+
+
+class NgramDrafter:
+    """Prompt-lookup drafter: no model, proposals copied from the context."""
+
+    source = "ngram"
+
+    def __init__(self, n_max: int = NGRAM_MAX, n_min: int = NGRAM_MIN) -> None:
+        self.index = NgramIndex(n_max, n_min)
+
+    def room(self, context: Sequence[int]) -> int:
+        return UNLIMITED_ROOM
+
+    def sync(self, context: Sequence[int]) -> SyncInfo:
+        """Index ``context`` (all of it: the last token is a continuation too)."""
+        toks = self.index.tokens
+        n = len(toks)
+        if n <= len(context) and list(context[:n]) == toks:
+            if n == len(context):
+                return SyncInfo("synced")
+            if n == 0:  # as a KV cache reports a first fill
+                self.index.extend(context)
+                return SyncInfo("reset", 0, len(context))
+            self.index.extend(context[n:])
+            return SyncInfo("extend", n, len(context))
+        keep = common_prefix_len(toks, context)
+        self.index.truncate(keep)
+        self.index.extend(context[keep:])
+        return SyncInfo("truncate", keep, len(context)) if keep else SyncInfo("reset", 0, len(context))
+
+    def has_match(self, context: Sequence[int]) -> bool:
+        return self.index.match(context) is not None
+
+    def propose(self, context: Sequence[int], k: int, p_min: float = 0.0) -> Proposal:
+        """Up to ``k`` tokens copied from after the suffix's last occurrence; call :meth:`sync` first.
+
+        ``p_min`` does not apply (there is no distribution).
+        """
+        tokens = tuple(self.index.continuation(context, k))
+        return Proposal(tokens, (None,) * len(tokens), (), self.source)
+
+    def reset(self) -> None:
+        self.index.truncate(0)
+
+
+class CombinedDrafter:
+    """``ngram+model``: the n-gram index when it has a match, else the draft model."""
+
+    source = "ngram+model"
+
+    def __init__(self, ngram: NgramDrafter, model: ModelDrafter) -> None:
+        self.ngram = ngram
+        self.model = model
+        self._route = "model"
+
+    @property
+    def cache(self):  # the model's KV cache, for close()/abort()
+        return self.model.cache
+
+    def room(self, context: Sequence[int]) -> int:
+        return self.model.room(context)
+
+    def sync(self, context: Sequence[int]) -> SyncInfo:
+        """Sync the index; sync the model too only when the index has no match."""
+        info = self.ngram.sync(context)
+        if self.ngram.has_match(context):
+            self._route = "ngram"
+            return info
+        self._route = "model"
+        return self.model.sync(context)
+
+    def propose(self, context: Sequence[int], k: int, p_min: float) -> Proposal:
+        if self._route == "ngram":
+            proposal = self.ngram.propose(context, k, p_min)
+            if proposal.tokens:
+                return proposal
+            self.model.sync(context)
+        return self.model.propose(context, k, p_min)
+
+    def reset(self) -> None:
+        self.ngram.reset()
+        self.model.reset()
+
+
+def build_drafter(source: str, model: ModelDrafter | None, ngram: NgramDrafter | None = None) -> Drafter | None:
+    """The drafter for a ``speculation.source``, from a loaded draft model (or None).
+
+    ``model`` without a draft model gives None (speculation off); ``ngram+model``
+    without one falls back to the n-gram drafter alone.
+    """
+    if source == "model":
+        return model
+    ngram = ngram if ngram is not None else NgramDrafter()
+    if source == "ngram" or model is None:
+        return ngram
+    return CombinedDrafter(ngram, model)

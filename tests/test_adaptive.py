@@ -1,0 +1,258 @@
+"""Adaptive k: the cost model and chooser on synthetic costs, settings/config wiring,
+and greedy output equal to plain decoding on the real default pair."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from helpers import Run, load, user
+
+from skippy_tui.config import EMBEDDED_N_DRAFT, Config, ConfigError
+from skippy_tui.engine.adaptive import (
+    AdaptiveK,
+    Costs,
+    VerifyCosts,
+    best_k,
+    break_even_acceptance,
+    expected_rates,
+    expected_step_ms,
+    expected_tokens,
+)
+from skippy_tui.engine.errors import BoundsError
+from skippy_tui.engine.sampling import SamplingParams
+from skippy_tui.engine.settings import GenerationSettings, SpeculationSettings
+
+# -- the model -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("k", "accept", "offer", "expected"),
+    [
+        (0, [], None, 1.0),
+        (4, [1.0] * 4, None, 5.0),
+        (4, [0.0] * 4, None, 1.0),
+        (2, [0.5, 0.5], None, 1.75),
+        (3, [1.0, 1.0, 1.0], [1.0, 0.5, 0.0], 2.5),  # the draft offers 2 tokens half the time
+    ],
+)
+def test_expected_tokens(k, accept, offer, expected):
+    assert expected_tokens(k, accept, offer) == pytest.approx(expected)
+
+
+def test_expected_step_ms_counts_draft_calls_and_verify_batch():
+    costs = Costs(verify=[10, 12, 14, 16, 18], draft_per_call=3.0, sync=1.0, overhead=0.5)
+    assert expected_step_ms(0, costs) == pytest.approx(10.5)
+    assert expected_step_ms(4, costs) == pytest.approx(0.5 + 1.0 + 4 * 3.0 + 18)
+    # nothing offered at position 1: one draft call, a batch of 1
+    assert expected_step_ms(4, costs, [0.0] * 4) == pytest.approx(0.5 + 1.0 + 3.0 + 10)
+
+
+# (verify ms for b = 1..9, draft ms per token, acceptance per position, expected best k)
+CHOICES = [
+    # draft costs more than a target step: nothing can pay
+    ([30 + 1 * b for b in range(9)], 35.0, [0.95] * 8, 0),
+    # the issue's machine: draft ~0.6 of a target step, verify grows with the batch
+    ([10, 12, 14, 16, 18, 20, 22, 24, 26], 6.0, [0.8] * 8, 0),
+    # cheap draft, flat verify, high acceptance: as long as allowed
+    ([30] * 9, 1.0, [0.98] * 8, 8),
+    # cheap draft but acceptance collapses after position 2
+    ([30 + 2 * b for b in range(9)], 2.0, [0.95, 0.95, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05], 2),
+    # free n-gram proposals: verify cost decides
+    ([30, 31, 32, 33, 34, 35, 36, 37, 38], 0.0, [0.9] * 8, 8),
+]
+
+
+@pytest.mark.parametrize(("verify", "draft", "accept", "expected"), CHOICES)
+def test_best_k_table(verify, draft, accept, expected):
+    rates = expected_rates(8, accept, Costs(verify, draft))
+    assert best_k(rates) == expected, rates
+
+
+def test_break_even_acceptance():
+    flat_free = Costs([10.0] * 5, 0.0)
+    assert break_even_acceptance(4, flat_free) == 0.0
+    hopeless = Costs([10.0] * 5, 20.0)
+    assert break_even_acceptance(4, hopeless) is None
+    c = Costs([10, 11, 12, 13, 14], 2.0)
+    be = break_even_acceptance(2, c)
+    assert be is not None and 0 < be < 1
+    # at the break-even acceptance, k ties plain decoding
+    assert 1000 * expected_tokens(2, [be] * 2) / expected_step_ms(2, c) == pytest.approx(
+        1000 / expected_step_ms(0, c), rel=1e-6
+    )
+
+
+def test_verify_costs_interpolate_and_extrapolate():
+    v = VerifyCosts()
+    assert v.at(3) is None
+    v.add(1, 10.0)
+    assert v.at(1) == pytest.approx(10.0)
+    assert v.at(5) == pytest.approx(10.0 * (1 + 0.1 * 4))  # prior slope
+    v.add(5, 18.0)
+    assert v.at(3) == pytest.approx(14.0)
+    assert v.at(9) == pytest.approx(26.0)  # slope of the last two
+
+
+# -- the chooser, fed synthetic observations ------------------------------------------------------
+
+
+def feed(policy: AdaptiveK, steps: int, k_max: int, verify, draft_ms: float, accepted) -> list[int]:
+    """Let ``policy`` choose ``steps`` times; each step costs and accepts as given."""
+    chosen = []
+    for _ in range(steps):
+        k, why = policy.choose(k_max)
+        assert 0 <= k <= k_max and why.startswith("auto")
+        n_acc = accepted(k)
+        policy.observe(
+            k=k,
+            n_proposed=k,
+            n_accepted=n_acc,
+            sync_ms=draft_ms if k else 0.0,
+            draft_ms=draft_ms * k,
+            verify_ms=verify(k + 1),
+            step_ms=None,
+        )
+        chosen.append(k)
+    return chosen
+
+
+def test_chooser_picks_plain_when_draft_cost_exceeds_gain():
+    """Each draft token costs 12 ms and saves at most a 10 ms target step: k = 0."""
+    policy = AdaptiveK()
+    chosen = feed(policy, 40, 8, verify=lambda b: 10.0 + 0.5 * (b - 1), draft_ms=12.0, accepted=lambda k: k)
+    k, why = policy.choose(8)
+    assert k == 0 and why.startswith("auto: k=0"), why
+    assert policy.last_rates[0] == max(policy.last_rates)
+    # after the warm-up, plain decoding dominates (probes aside)
+    assert chosen[-16:].count(0) >= 14, chosen
+
+
+def test_chooser_speculates_when_it_pays():
+    policy = AdaptiveK()
+    chosen = feed(policy, 40, 8, verify=lambda b: 30.0 + 1.0 * (b - 1), draft_ms=2.0, accepted=lambda k: k)
+    k, why = policy.choose(8)
+    assert k == 8, why
+    assert "plain" in why  # the reason shows the alternatives' expected tokens/s
+    assert policy.speedup(8, 8) > 2.0
+    assert chosen[-8:].count(0) <= 1
+
+
+def test_chooser_finds_the_acceptance_cliff():
+    policy = AdaptiveK()
+    feed(policy, 80, 8, verify=lambda b: 30.0 + 1.0 * (b - 1), draft_ms=3.0, accepted=lambda k: min(k, 3))
+    k, _ = policy.choose(8)
+    assert k == 3
+
+
+def test_chooser_reprobes_and_backs_off():
+    policy = AdaptiveK(probe_every=8, probe_max=32)
+    chosen = feed(policy, 200, 4, verify=lambda b: 10.0, draft_ms=50.0, accepted=lambda k: 0)
+    after = chosen[10:]
+    probes = [i for i, k in enumerate(after) if k > 0]
+    assert probes, "never re-probed"
+    gaps = [b - a for a, b in itertools.pairwise(probes)]
+    assert gaps and max(gaps) == 32 and gaps[0] <= 16
+
+
+def test_chooser_respects_k_max_and_warms_up():
+    policy = AdaptiveK()
+    assert policy.choose(3) == (0, "auto: measuring plain step")
+    policy.observe(k=0, n_proposed=0, n_accepted=0, verify_ms=10.0)
+    k, why = policy.choose(3)
+    assert k == 3 and "measuring draft" in why
+    k, _ = policy.choose(1)
+    assert k == 1
+
+
+def test_offer_rate_counts_short_proposals():
+    """A source that often offers nothing (n-gram without a match) is modelled as such."""
+    policy = AdaptiveK()
+    for i in range(30):
+        offered = 4 if i % 2 else 0
+        policy.observe(k=4, n_proposed=offered, n_accepted=offered, verify_ms=10.0 + offered, draft_ms=0.01)
+    q = policy.offer(4)
+    assert q[0] == pytest.approx(0.5, abs=0.1)
+    assert q[1] > 0.9
+
+
+# -- settings and config -------------------------------------------------------------------------
+
+
+def test_settings_accept_auto_and_keep_bounds():
+    s = SpeculationSettings(n_draft="auto")
+    assert s.auto and s.k_max == 8
+    assert SpeculationSettings(n_draft="auto", n_draft_max=3).k_max == 3
+    assert SpeculationSettings(n_draft=5).k_max == 5
+    for bad in ({"n_draft": "fast"}, {"n_draft": 0}, {"n_draft": "auto", "n_draft_max": 0}):
+        with pytest.raises(BoundsError):
+            SpeculationSettings(**bad)  # type: ignore[arg-type]
+    with pytest.raises(BoundsError, match="n_min"):
+        SpeculationSettings(n_draft="auto", n_draft_max=2, n_min=3)
+
+
+def test_config_auto_default_and_embedded_pair(tmp_path: Path):
+    cfg = Config()
+    assert cfg.engine_spec().speculation.n_draft == EMBEDDED_N_DRAFT  # demo pair: fixed k
+    cfg.set("speculation", "n_draft", "auto")
+    assert cfg.engine_spec().speculation.n_draft == "auto"  # asked for explicitly
+    configured = Config()
+    configured.set("target", "path", str(tmp_path / "t.gguf"))
+    configured.set("draft", "path", str(tmp_path / "d.gguf"))
+    assert configured.engine_spec().speculation.n_draft == "auto"  # configured pair: auto
+    configured.set("speculation", "n_draft", 6)
+    assert configured.engine_spec().speculation.n_draft == 6
+    with pytest.raises(ConfigError, match='an integer or "auto"'):
+        configured.set("speculation", "n_draft", "fast")
+
+
+def test_config_ngram_without_draft_model_keeps_speculation_on():
+    cfg = Config()
+    cfg.set("draft", "enabled", False)
+    assert not cfg.engine_spec().speculation.enabled
+    cfg.set("speculation", "source", "ngram")
+    spec = cfg.engine_spec()
+    assert spec.speculation.enabled and not spec.use_draft
+
+
+# -- real models ----------------------------------------------------------------------------------
+
+IDENTITY_PROMPTS = ["Write a haiku about autumn leaves.", "What is 17 times 23? Show your working."]
+
+
+@pytest.fixture(scope="module")
+def pair(smollm2_f32, smollm2_q4_1, cache_dir):
+    sp = load(smollm2_f32, smollm2_q4_1, cache_dir, n_draft=4)
+    yield sp
+    sp.close()
+
+
+@pytest.mark.parametrize("prompt", IDENTITY_PROMPTS)
+def test_adaptive_greedy_output_equals_plain(pair, prompt):
+    gen = GenerationSettings(SamplingParams(temperature=0.0), max_tokens=48)
+    pair.update(enabled=False)
+    pair.forget()
+    plain = Run(pair.run(user(prompt), gen))
+    pair.update(enabled=True, source="model", n_draft="auto")
+    assert isinstance(pair.k_policy, AdaptiveK)
+    pair.forget()
+    auto = Run(pair.run(user(prompt), gen))
+    assert auto.finish.token_ids == plain.finish.token_ids
+    assert auto.started.n_draft == "auto"
+    assert all(s.k_reason.startswith("auto") or s.k_reason == "no room" for s in auto.steps)
+    assert any(s.k_reason.startswith("auto: k=") for s in auto.steps)
+    assert all(s.k <= 8 for s in auto.steps)
+    pair.update(n_draft=4)
+    assert pair.k_policy is None
+
+
+def test_adaptive_policy_persists_per_source(pair):
+    pair.update(enabled=True, source="model", n_draft="auto")
+    model_policy = pair.k_policy
+    pair.update(source="ngram")
+    assert pair.k_policy is not model_policy and isinstance(pair.k_policy, AdaptiveK)
+    assert pair.k_policy.verify is model_policy.verify  # verify costs are the target's: shared
+    pair.update(source="model")
+    assert pair.k_policy is model_policy
+    pair.update(n_draft=4)
