@@ -224,6 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--stats", action="store_true", default=False, help="print totals on stderr at the end")
     add_model_flags(r, sub=True)
     r.set_defaults(func=cmd_run)
+    from .bench import add_bench_parser
+
+    add_bench_parser(sub, add_model_flags)
     rp = sub.add_parser("replay", help="open the app on a saved transcript and its recorded steps, no models")
     rp.add_argument("file", type=Path, metavar="FILE.json", help="a transcript saved by the app")
     rp.add_argument(
