@@ -19,8 +19,9 @@ from typing import Any, ClassVar
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
+from textual.command import CommandPalette
 from textual.containers import Horizontal, Vertical
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Label, ProgressBar, Static
 from textual.worker import Worker, WorkerState
 
@@ -41,6 +42,11 @@ from .screens import ErrorScreen, InspectorScreen, OpenTranscriptScreen, SystemP
 from .themes import UiState, load_themes
 
 FLUSH_HZ = 20
+# the app's own actions: off while a dialog (not the command palette) is open
+CHAT_ACTIONS = frozenset(
+    {"stop", "new_chat", "regenerate", "edit_last", "system_prompt", "tune", "toggle_speculation"}
+    | {"load_models", "toggle_origin", "save", "change_theme", "open_transcript"}
+)
 WELCOME = (
     "Type a message below and press Enter. Replies stream here; the panel on the right shows every "
     "speculation step: the draft's proposal, what the target accepted, and the token it added. "
@@ -79,16 +85,16 @@ class SkippyApp(App[None]):
     COMMANDS: ClassVar = App.COMMANDS | {SkippyCommands}
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "stop", "Stop"),
-        Binding("ctrl+n", "new_chat", "New", priority=True),
-        Binding("ctrl+r", "regenerate", "Regenerate", priority=True),
-        Binding("ctrl+l", "edit_last", "Edit last", priority=True),
+        Binding("ctrl+n", "new_chat", "New"),
+        Binding("ctrl+r", "regenerate", "Regenerate"),
+        Binding("ctrl+l", "edit_last", "Edit last"),
         Binding("f2", "system_prompt", "System"),
         Binding("f3", "tune", "Tune"),
         Binding("f4", "toggle_speculation", "Spec on/off"),
         Binding("f5", "load_models", "Load models"),
-        Binding("ctrl+o", "toggle_origin", "Origins", priority=True),
-        Binding("ctrl+s", "save", "Save", priority=True),
-        Binding("ctrl+t", "change_theme", "Theme", priority=True),
+        Binding("ctrl+o", "toggle_origin", "Origins"),
+        Binding("ctrl+s", "save", "Save"),
+        Binding("ctrl+t", "change_theme", "Theme"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
     ]
@@ -210,6 +216,9 @@ class SkippyApp(App[None]):
         return ""
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        screen = self.screen
+        if action in CHAT_ACTIONS and isinstance(screen, ModalScreen) and not isinstance(screen, CommandPalette):
+            return False  # a dialog is open: its own keys apply (ctrl+s saves the system prompt there)
         if action == "load_models":
             return self.speculator is None and not self.loading
         if action == "stop":

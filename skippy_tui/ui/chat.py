@@ -15,7 +15,7 @@ from textual.widgets.markdown import MarkdownStream
 
 from ..engine.events import ReplyFinished, TextSpan
 from ..transcript import Entry, reply_summary
-from .render import origin_text
+from .render import fg, origin_text
 
 
 def _hard_breaks(state) -> None:  # type: ignore[no-untyped-def]
@@ -143,8 +143,8 @@ class AssistantMessage(MessageWidget):
         """Re-render the origin view (after new text, a toggle, or a theme change)."""
         if not (self._origin_dirty or force) or not self.is_mounted:
             return
-        draft = self.get_component_rich_style("origin--draft", partial=True)
-        target = self.get_component_rich_style("origin--target", partial=True)
+        draft = fg(self.get_component_rich_style("origin--draft"))
+        target = fg(self.get_component_rich_style("origin--target"))
         self.query_one(".origin-view", Static).update(origin_text(self._spans, draft, target))
         self._origin_dirty = False
 

@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Label, Sparkline, Static
 
 from ..engine.events import StepVerified
 from ..engine.stats import AcceptanceStats
-from .render import commit_cell, proposal_cell, stats_table
+from .render import commit_cell, fg, proposal_cell, stats_table
 
 COLUMNS = (("#", "index"), ("sync", "sync"), ("proposal", "proposal"), ("+", "commit"), ("d/v ms", "ms"))
 
@@ -43,20 +43,27 @@ class Timeline(DataTable):
     def on_mount(self) -> None:
         for label, key in COLUMNS:
             self.add_column(label, key=key)
+        self.show_cursor = False
+
+    def on_focus(self) -> None:
+        self.show_cursor = True  # the row cursor shows only while the timeline has focus
+
+    def on_blur(self) -> None:
+        self.show_cursor = False
 
     def _row(self, st: StepVerified) -> tuple[Text, ...]:
         style = self.get_component_rich_style
-        ms = style("step--ms", partial=True)
+        ms = fg(style("step--ms"))
         return (
             Text(str(st.index), style=ms, justify="right"),
-            Text(st.sync.label(), style=style("step--sync", partial=True)),
+            Text(st.sync.label(), style=fg(style("step--sync"))),
             proposal_cell(
                 st,
-                style("step--accepted", partial=True),
-                style("step--rejected", partial=True),
-                style("step--sep", partial=True),
+                fg(style("step--accepted")),
+                fg(style("step--rejected")),
+                fg(style("step--sep")),
             ),
-            commit_cell(st, style("step--bonus", partial=True), style("step--correction", partial=True)),
+            commit_cell(st, fg(style("step--bonus")), fg(style("step--correction"))),
             Text(f"{_ms(st.draft_ms)}/{_ms(st.verify_ms)}", style=ms),
         )
 
@@ -140,8 +147,8 @@ class SpeculationPanel(Vertical):
         self.query_one("#spark-label").display = bool(data)
 
     def refresh_stats(self) -> None:
-        label = self.get_component_rich_style("stats--label", partial=True)
-        value = self.get_component_rich_style("stats--value", partial=True)
+        label = fg(self.get_component_rich_style("stats--label"))
+        value = fg(self.get_component_rich_style("stats--value"))
         self.query_one("#stats", Static).update(stats_table(self.reply_stats, self.session_stats, label, value))
 
     def restyle(self) -> None:

@@ -17,6 +17,18 @@ from ..engine.stats import AcceptanceStats
 _VISIBLE = str.maketrans({" ": "·", "\n": "↵", "\t": "→", "\r": "␍"})
 
 
+def fg(style: Style) -> Style:
+    """A TCSS component style without its background, for text drawn on any row.
+
+    Use it on the full (non-partial) component style: that one has colours with
+    alpha (``$text-muted``) already blended against the theme's background.
+    """
+    return Style(
+        color=style.color, bold=style.bold, dim=style.dim, italic=style.italic,
+        underline=style.underline, strike=style.strike, reverse=style.reverse,
+    )  # fmt: skip
+
+
 def visible(text: str) -> str:
     """Token text with whitespace made visible: space ·, newline ↵, tab →; empty as ∅."""
     return text.translate(_VISIBLE) if text else "∅"

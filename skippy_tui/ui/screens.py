@@ -15,7 +15,7 @@ from textual.widgets import Button, DataTable, Input, Label, OptionList, Static,
 
 from ..engine.errors import BoundsError, IncompatibleModelsError, ModelFileError
 from ..engine.events import StepVerified
-from .render import visible
+from .render import fg, visible
 
 
 def how_to_fix(error: BaseException, config_file: str) -> str:
@@ -112,9 +112,9 @@ class InspectorScreen(ModalScreen[None]):
 
     def _show(self) -> None:
         st = self.steps[self.index]
-        ok_style = self.get_component_rich_style("inspector--accepted", partial=True)
-        bad_style = self.get_component_rich_style("inspector--rejected", partial=True)
-        chosen = self.get_component_rich_style("inspector--chosen", partial=True)
+        ok_style = fg(self.get_component_rich_style("inspector--accepted"))
+        bad_style = fg(self.get_component_rich_style("inspector--rejected"))
+        chosen = fg(self.get_component_rich_style("inspector--chosen"))
         dialog = self.query_one("#dialog")
         dialog.border_title = f"step {st.index}  ({self.index + 1} of {len(self.steps)})"
         dialog.border_subtitle = "← → step · esc close"
@@ -190,6 +190,11 @@ class SystemPromptScreen(ModalScreen["str | None"]):
             with Horizontal(classes="buttons"):
                 yield Button("Save", id="save", variant="primary")
                 yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        area = self.query_one("#system-text", TextArea)
+        area.focus()
+        area.move_cursor(area.document.end)
 
     def action_save(self) -> None:
         self.dismiss(self.query_one("#system-text", TextArea).text.strip())

@@ -12,8 +12,8 @@ from skippy_tui.config import Config, ConfigError, config_path
 from skippy_tui.engine.events import StepVerified
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
-from skippy_tui.ui.chat import AssistantMessage, UserMessage, Welcome
-from skippy_tui.ui.screens import ErrorScreen, InspectorScreen, TuneScreen
+from skippy_tui.ui.chat import AssistantMessage, SystemNote, UserMessage, Welcome
+from skippy_tui.ui.screens import ErrorScreen, InspectorScreen, SystemPromptScreen, TuneScreen
 from skippy_tui.ui.themes import UiState, load_themes
 
 
@@ -241,10 +241,27 @@ def test_tune_dialog_checks_bounds() -> None:
             assert isinstance(app.screen, TuneScreen)
             assert "n_draft" in str(screen.query_one("#tune-error").render())
             screen.query_one("#n_draft").value = "6"
-            screen.query_one("#temperature").value = "0.7"
-            await pilot.press("enter")
+            await pilot.press("tab", "tab")  # to the temperature field
+            assert app.focused is screen.query_one("#temperature")
+            await pilot.press("backspace", *"0.7", "enter")
             await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "apply")
             assert app.sampling.temperature == 0.7 and app.config.get("speculation", "n_draft") == 6
+
+    run(body())
+
+
+def test_system_prompt_dialog_ctrl_s_saves_the_prompt_not_the_transcript() -> None:
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f2")
+            await wait_for_screen(pilot, app, SystemPromptScreen, 5)
+            await pilot.press(*"Be brief.", "ctrl+s")
+            await wait_until(pilot, lambda: not isinstance(app.screen, SystemPromptScreen), 5, "the dialog to close")
+            assert app.transcript.system_prompt == "Be brief."
+            assert app.transcript_path == CHAT_JSON  # ctrl+s did not save a transcript
+            assert app.transcript.engine_messages()[0] == {"role": "system", "content": "Be brief."}
+            assert "Be brief." in str(app.query_one(SystemNote).render())
 
     run(body())
 
