@@ -266,7 +266,7 @@ class SkippyApp(App[None]):
         self.refresh_bindings()
 
     @on(Worker.StateChanged)
-    def _worker_changed(self, event: Worker.StateChanged) -> None:
+    async def _worker_changed(self, event: Worker.StateChanged) -> None:
         worker, state = event.worker, event.state
         if worker.group == "load":
             if state == WorkerState.SUCCESS:
@@ -282,11 +282,11 @@ class SkippyApp(App[None]):
         elif worker.group == "generate" and state == WorkerState.ERROR and self.generating:
             # an unexpected exception in the engine thread (SkippyErrors arrive as ReplyFinished)
             error = worker.error
-            self._pending.clear()
+            await self._flush()
             self.generating = False
             if self._current is not None:
-                self._current.add_class("-error")
-                self._current.border_subtitle = f"failed: {error}"
+                await self._current.fail(error)
+            self._current = self._current_entry = None
             self.notify(f"{type(error).__name__}: {error}", title="Generation failed", severity="error")
             self.refresh_bindings()
 

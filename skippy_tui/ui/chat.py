@@ -135,6 +135,15 @@ class AssistantMessage(MessageWidget):
         await self.markdown.update(text)
         self.refresh_origin()
 
+    async def fail(self, error: BaseException) -> None:
+        """End a reply whose engine thread raised (no ReplyFinished will come)."""
+        if self._stream is not None:
+            await self._stream.stop()
+            self._stream = None
+        self.remove_class("-streaming")
+        self.add_class("-error")
+        self.border_subtitle = f"failed: {type(error).__name__}: {error}"
+
     @property
     def is_origin_mode(self) -> bool:
         return self.parent is not None and self.parent.has_class("-origin")

@@ -85,12 +85,14 @@ def test_stop_mid_reply(speculator) -> None:
     run(body())
 
 
-def test_regenerate_replaces_the_last_reply(speculator) -> None:
+def test_regenerate_replaces_the_last_reply_and_autosaves(speculator) -> None:
     async def body() -> None:
-        app = SkippyApp(ui_config(max_tokens=8), speculator=speculator)
+        app = SkippyApp(ui_config(max_tokens=8, ui={"autosave": True}), speculator=speculator)
         async with app.run_test(size=SIZE) as pilot:
             first = await _reply(app, pilot, "Name a colour.")
             old_entry = app.transcript.entries[-1]
+            saved = app.transcript_path  # auto-saved after the reply
+            assert saved is not None and Transcript.load(saved) == app.transcript
             await pilot.press("ctrl+r")
             await wait_until(pilot, lambda: app.generating or app.transcript.entries[-1] is not old_entry, 10, "start")
             await wait_until(pilot, lambda: not app.generating and len(app.transcript.entries) == 2, 240, "the reply")
@@ -99,6 +101,7 @@ def test_regenerate_replaces_the_last_reply(speculator) -> None:
             assert new_entry.content == first.text  # greedy: the same reply again
             assert new_entry.started.target_sync.kind in ("truncate", "synced")  # the KV cache was reused
             assert len(app.query(AssistantMessage)) == 1 and len(app.query(UserMessage)) == 1
+            assert app.transcript_path == saved and Transcript.load(saved) == app.transcript  # saved again, same file
 
     run(body())
 
@@ -177,3 +180,34 @@ def test_quit_mid_stream_exits_fast() -> None:
         assert done - marks["press"] < 3.0, f"the engine thread took {done - marks['press']:.2f}s to end"
     finally:
         app.speculator.close()
+
+
+def test_engine_thread_crash_ends_the_reply_with_a_notice(speculator) -> None:
+    """An unexpected exception in the engine thread (not a SkippyError) is reported, not raised."""
+
+    class Crashing:
+        def __init__(self, inner) -> None:
+            self._inner = inner
+
+        def __getattr__(self, name: str):
+            return getattr(self._inner, name)
+
+        def run(self, messages, gen, cancel):
+            for i, ev in enumerate(self._inner.run(messages, gen, cancel)):
+                yield ev
+                if i == 1:
+                    raise RuntimeError("boom")
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=12), speculator=Crashing(speculator))
+        async with app.run_test(size=SIZE) as pilot:
+            await _send(app, pilot, "Say something.")
+            await wait_until(pilot, lambda: not app.generating, 120, "the crash to be handled")
+            msg = app.query(AssistantMessage).last()
+            assert msg.has_class("-error") and not msg.has_class("-streaming")
+            assert "RuntimeError: boom" in msg.border_subtitle
+            assert any("boom" in n.message for n in app._notifications)
+            assert [e.role for e in app.transcript.entries] == ["user"]  # the failed reply is not kept
+            assert app.panel.timeline.row_count == 1  # the one step that arrived was shown
+
+    run(body())
