@@ -9,11 +9,11 @@ from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.message import Message
-from textual.widgets import DataTable, Label, Sparkline, Static
+from textual.widgets import DataTable, Label, Static
 
 from ..engine.events import StepVerified
 from ..engine.stats import AcceptanceStats
-from .render import commit_cell, fg, proposal_cell, stats_table
+from .render import commit_cell, fg, proposal_cell, stats_table, step_bars
 
 COLUMNS = (("#", "index"), ("sync", "sync"), ("proposal", "proposal"), ("+", "commit"), ("d/v ms", "ms"))
 
@@ -91,7 +91,7 @@ class Timeline(DataTable):
 class SpeculationPanel(Vertical):
     """Timeline of the shown reply's steps; reply and session statistics below it."""
 
-    COMPONENT_CLASSES: ClassVar[set[str]] = {"stats--label", "stats--value"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"stats--label", "stats--value", "bars--full", "bars--zero"}
 
     class InspectStep(Message):
         def __init__(self, steps: list[StepVerified], index: int) -> None:
@@ -108,7 +108,7 @@ class SpeculationPanel(Vertical):
         yield Label("no reply yet", id="panel-title")
         yield Timeline(id="timeline")
         yield Label("accepted per step", id="spark-label")
-        yield Sparkline([], id="spark")
+        yield Static("", id="spark")
         yield Static("", id="stats")
 
     def on_mount(self) -> None:
@@ -141,10 +141,22 @@ class SpeculationPanel(Vertical):
         self.query_one("#panel-title", Label).update(title)
 
     def _spark(self) -> None:
-        data = [float(s.n_accepted) for s in self.timeline.steps[-200:]]
-        self.query_one(Sparkline).data = data
-        self.query_one(Sparkline).display = bool(data)
-        self.query_one("#spark-label").display = bool(data)
+        """Accepted tokens per step as columns on an absolute 0..k scale (a Sparkline
+        rescales to min..max, which draws an all-accepted reply as a flat floor)."""
+        steps = self.timeline.steps
+        spark = self.query_one("#spark", Static)
+        label = self.query_one("#spark-label", Label)
+        spark.display = label.display = bool(steps)
+        if not steps:
+            return
+        scale = max((s.k for s in steps), default=0) or 1
+        width = max(self.content_region.width, 10)
+        full = fg(self.get_component_rich_style("bars--full"))
+        zero = fg(self.get_component_rich_style("bars--zero"))
+        values = [s.n_accepted if s.proposed else None for s in steps]
+        spark.update(step_bars(values, scale, width, full, zero))
+        shown = min(len(steps), width)
+        label.update(f"accepted per step (last {shown}, full = {scale})")
 
     def refresh_stats(self) -> None:
         label = fg(self.get_component_rich_style("stats--label"))
@@ -153,7 +165,11 @@ class SpeculationPanel(Vertical):
 
     def restyle(self) -> None:
         self.timeline.restyle()
+        self._spark()
         self.refresh_stats()
+
+    def on_resize(self) -> None:
+        self._spark()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()

@@ -65,6 +65,34 @@ def bar(fraction: float, width: int = 10) -> str:
     return s.ljust(width, " ")
 
 
+_EIGHTHS = " ▁▂▃▄▅▆▇█"
+
+
+def step_bars(values: Sequence[int | None], scale: int, width: int, full: Style | str, zero: Style | str) -> Text:
+    """Accepted tokens per step, one column per step (the latest ``width``), two rows tall.
+
+    Absolute scale: a full column is ``scale`` accepted tokens (the largest k
+    seen), so a reply where every proposal was accepted shows full columns
+    rather than a flat line. A proposal with nothing accepted shows ``·``; a
+    plain step (no proposal, value ``None``) shows nothing.
+    """
+    values = list(values)[-width:] if width > 0 else []
+    levels = 16
+    heights = [round(min(v or 0, scale) / scale * levels) if scale else 0 for v in values]
+    rows = []
+    for row in (1, 0):
+        line = Text()
+        for v, h in zip(values, heights):
+            if v is None:
+                line.append(" ")
+            elif row == 0 and v == 0:
+                line.append("·", style=zero)
+            else:
+                line.append(_EIGHTHS[max(0, min(8, h - row * 8))], style=full)
+        rows.append(line)
+    return Text("\n").join(rows)
+
+
 def stats_lines(stats: AcceptanceStats) -> list[tuple[str, str]]:
     """(label, value) pairs for one accumulator."""
     if stats.n_steps == 0:

@@ -63,3 +63,12 @@ def test_live_generation_reads_sampling_at_each_access() -> None:
     assert gen.max_tokens == 7 and gen.stop == ("x",) and gen.sampling.greedy
     holder.sampling = dataclasses.replace(holder.sampling, temperature=0.8)
     assert gen.sampling.temperature == 0.8 and not gen.sampling.greedy
+
+
+def test_step_bars_use_an_absolute_scale() -> None:
+    from skippy_tui.ui.render import step_bars
+
+    t = step_bars([4, 4, 2, 0, None], 4, 10, "g", "r")
+    top, bottom = t.plain.split("\n")
+    assert top == "██   " and bottom == "███· "  # 4/4 full, 2/4 half, none accepted a dot, plain step blank
+    assert step_bars([1] * 30, 4, 10, "g", "r").plain.split("\n")[1] == "▄" * 10  # the latest 10 steps
