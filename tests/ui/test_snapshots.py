@@ -37,7 +37,8 @@ def test_main_screen_replay(snap_compare) -> None:
 def test_main_screen_origin_colouring(snap_compare) -> None:
     async def run_before(pilot) -> None:
         await pilot.press("ctrl+o")
-        await wait_until(pilot, lambda: not pilot.app._notifications, 10, "the toast to go")
+        pilot.app.clear_notifications()
+        await wait_until(pilot, lambda: not pilot.app.screen.query("Toast"), 10, "the toast to go")
         await _steady(pilot)
 
     assert snap_compare(replay_app(), terminal_size=SIZE, run_before=run_before)
