@@ -11,7 +11,7 @@ from pathlib import Path
 
 import platformdirs
 
-from ..config import APP, Config, ConfigError
+from ..config import APP, Config, ConfigError, config_path
 
 
 def log_path() -> Path:
@@ -61,7 +61,9 @@ def _config(args: argparse.Namespace) -> tuple[Config, ConfigError | None]:
     try:
         return config_from_args(args), None
     except ConfigError as e:
-        return Config(), e
+        # the defaults, but remember which file failed so the dialog names it
+        given = getattr(args, "config", None)
+        return Config(source=Path(given).expanduser() if given else config_path()), e
 
 
 def _run(app) -> int:  # type: ignore[no-untyped-def]

@@ -24,8 +24,8 @@ def how_to_fix(error: BaseException, config_file: str) -> str:
 
     if isinstance(error, ConfigError):
         return (
-            f"Edit the key named above in {config_file} (every key and its default is in "
-            "config.example.toml), or start with --config PATH to use another file."
+            f"Edit the key named above in {config_file}, or start with --config PATH to use another file "
+            "(skippy-tui --print-config-path shows the default location)."
         )
     if isinstance(error, ModelFileError):
         return (

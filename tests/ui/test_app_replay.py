@@ -155,12 +155,14 @@ def test_unknown_key_in_config_file_opens_the_dialog(tmp_path: Path) -> None:
 
     config, error = _config(build_parser().parse_args(["--config", str(cfg_file)]))
     assert isinstance(error, ConfigError) and "unknown key [ui] them" in str(error)
+    assert config.source == cfg_file  # the dialog's "how to fix" names the file that failed
 
     async def body() -> None:
         app = SkippyApp(config, config_error=error)
         async with app.run_test(size=SIZE) as pilot:
             await wait_for_screen(pilot, app, ErrorScreen, 10)
             assert not [w for w in app.workers if w.group == "load"]
+            assert str(cfg_file) in str(app.screen.query_one("#error-fix").render())
 
     run(body())
 
