@@ -356,7 +356,10 @@ class SkippyApp(App[None]):
 
             t, d = spec.target_info, spec.draft_info
             parts.append(f"target {short_name(t.name)} {t.file_type}" if t else "target ?")
-            parts.append(f"draft {short_name(d.name)} {d.file_type}" if d else "no draft")
+            if d is not None:
+                parts.append(f"draft {short_name(d.name)} {d.file_type}")
+            else:
+                parts.append(f"draft: {spec.drafter.source}" if spec.drafter is not None else "no draft")
             parts.append(backend_name())
             parts.append(f"ctx {self._n_past}/{self._n_ctx or spec.n_ctx}")
             tps = self._live_stats.tokens_per_second if self.generating else self._last_tps()
