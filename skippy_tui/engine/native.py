@@ -171,6 +171,7 @@ class LoadParams:
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     swa_full: bool = False
+    repack: bool = True
 
 
 ProgressFn = Callable[[float], bool]
@@ -188,6 +189,7 @@ class Model:
         mp.split_mode = SPLIT_MODES[params.split_mode]
         mp.use_mmap = params.mmap
         mp.use_mlock = params.mlock
+        mp.use_extra_bufts = params.repack
         devices = None
         if params.device:
             devices = (ctypes.c_void_p * 2)(_device_handle(params.device), None)

@@ -124,10 +124,14 @@ class Speculator:
 
     def abort(self) -> None:
         """Make a native decode in flight return early (quit mid-stream)."""
-        self.target_cache.ctx.set_abort(True)
+        self._set_abort(True)
+
+    def _set_abort(self, flag: bool) -> None:
+        # both contexts: a flag left set on the draft would fail every later reply
+        self.target_cache.ctx.set_abort(flag)
         cache = getattr(self.model_drafter or self.drafter, "cache", None)
         if cache is not None:
-            cache.ctx.set_abort(True)
+            cache.ctx.set_abort(flag)
 
     @property
     def n_ctx(self) -> int:
@@ -171,7 +175,7 @@ class Speculator:
         """Generate after raw prompt tokens. See :meth:`run` for the events."""
         cancelled = cancel.is_set if cancel is not None else (lambda: False)
         self._turn += 1
-        self.target_cache.ctx.set_abort(False)
+        self._set_abort(False)
         context = list(prompt)
         try:
             validate_prompt_len(len(context))

@@ -1,0 +1,377 @@
+"""The speculative loop on real models: sync, equality with plain decoding, stops, text."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from helpers import PROMPTS, Run, load, user
+
+from skippy_tui.engine.drafters import ModelDrafter, Proposal
+from skippy_tui.engine.events import SyncInfo
+from skippy_tui.engine.native import Context, LoadParams, Model
+from skippy_tui.engine.sampling import SamplingParams
+from skippy_tui.engine.settings import GenerationSettings
+from skippy_tui.engine.speculator import Speculator
+
+GEN = GenerationSettings(max_tokens=40)
+
+
+@pytest.fixture(scope="module")
+def plain(smollm2_f32: Path, cache_dir: Path) -> Speculator:
+    s = load(smollm2_f32, None, cache_dir)
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def spec(smollm2_f32: Path, smollm2_q4_1: Path, cache_dir: Path) -> Speculator:
+    s = load(smollm2_f32, smollm2_q4_1, cache_dir)
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def plain_refs(plain: Speculator) -> dict[str, tuple[int, ...]]:
+    return {p: Run(plain.run(user(p), GEN)).finish.token_ids for p in PROMPTS}
+
+
+# -- draft sync on a real model ------------------------------------------------------
+
+
+@pytest.fixture
+def draft_runner(smollm2_q4_1: Path):
+    made: list = []
+
+    def make() -> ModelDrafter:
+        m = Model(smollm2_q4_1, LoadParams())
+        c = Context(m, LoadParams(n_ctx=256, n_batch=64, n_ubatch=64))
+        made.append((c, m))
+        return ModelDrafter(m, c)
+
+    yield make
+    for c, m in made:
+        c.close()
+        m.close()
+
+
+def test_incremental_sync_proposes_what_a_fresh_reset_does(draft_runner) -> None:
+    incremental = draft_runner()
+    m = incremental.model
+    context = m.tokenize("<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n", False)
+    assert incremental.sync(context).kind == "reset"
+    first = incremental.propose(context, 2, 0.0).tokens
+    # both proposed tokens accepted, then the verifier commits a third token
+    extended = [*context, *first, m.tokenize(" and", False)[0]]
+    assert incremental.cache.state.plan(extended).__class__.__name__ == "Extend"
+    assert incremental.sync(extended) == SyncInfo("extend", len(context) + 1, len(extended) - 1)
+    got = incremental.propose(extended, 4, 0.0).tokens
+
+    fresh = draft_runner()
+    assert fresh.sync(extended).kind == "reset"
+    assert fresh.propose(extended, 4, 0.0).tokens == got
+
+
+def test_a_truncate_plan_leaves_the_draft_as_a_fresh_session_would(draft_runner) -> None:
+    incremental = draft_runner()
+    m = incremental.model
+    context = m.tokenize("<|im_start|>user\nCount to ten.<|im_end|>\n<|im_start|>assistant\n", False)
+    incremental.sync(context)
+    proposal = incremental.propose(context, 4, 0.0).tokens
+    # the verifier accepted one token and corrected the second
+    correction = m.tokenize(" seven", False)[0]
+    assert correction != proposal[1]
+    diverged = [*context, proposal[0], correction]
+    info = incremental.sync(diverged)
+    assert info.kind == "truncate" and info.start == info.end == len(context) + 1
+    got = incremental.propose(diverged, 4, 0.0).tokens
+
+    fresh = draft_runner()
+    fresh.sync(diverged)
+    assert fresh.propose(diverged, 4, 0.0).tokens == got
+    # an edited earlier message: truncate deep into the prefix, then extend
+    edited = [*context[:10], *m.tokenize(" something else entirely", False), *context[-5:]]
+    info = incremental.sync(edited)
+    assert info.kind == "truncate" and info.start == 10 and info.end == len(edited) - 1
+    got = incremental.propose(edited, 3, 0.0).tokens
+    fresh = draft_runner()
+    fresh.sync(edited)
+    assert fresh.propose(edited, 3, 0.0).tokens == got
+
+
+# -- greedy speculative == plain greedy ------------------------------------------------
+
+
+@pytest.mark.parametrize("k", [1, 4, 8])
+def test_default_pair_greedy_output_equals_plain(k: int, spec: Speculator, plain_refs) -> None:
+    spec.update(n_draft=k)
+    for prompt, ref in plain_refs.items():
+        run = Run(spec.run(user(prompt), GEN))
+        assert run.finish.token_ids == ref, f"k={k} diverged on {prompt!r}"
+        assert run.finish.n_drafted > 0
+
+
+class WrongDrafter:
+    """A real draft model whose every third proposed token is replaced by a wrong one."""
+
+    def __init__(self, inner: ModelDrafter) -> None:
+        self.inner = inner
+        self.source = "model"
+        self.cache = inner.cache
+        self.n = 0
+
+    def room(self, context: Sequence[int]) -> int:
+        return self.inner.room(context)
+
+    def sync(self, context: Sequence[int]) -> SyncInfo:
+        return self.inner.sync(context)
+
+    def propose(self, context: Sequence[int], k: int, p_min: float) -> Proposal:
+        p = self.inner.propose(context, k, p_min)
+        toks = list(p.tokens)
+        for i in range(len(toks)):
+            self.n += 1
+            if self.n % 3 == 0:
+                toks[i] = (toks[i] + 17) % 49152
+        return Proposal(tuple(toks), p.probs, p.rows)
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+
+def test_a_draft_proposing_wrong_tokens_still_yields_plain_output(spec: Speculator, plain_refs) -> None:
+    honest = spec.drafter
+    spec.drafter = WrongDrafter(honest)  # type: ignore[assignment]
+    try:
+        kinds = set()
+        for k in (1, 4, 8):
+            spec.update(n_draft=k)
+            for prompt, ref in plain_refs.items():
+                run = Run(spec.run(user(prompt), GEN))
+                assert run.finish.token_ids == ref, f"k={k} diverged on {prompt!r}"
+                kinds |= {s.sync.kind for s in run.steps}
+                assert run.finish.acceptance_rate < 1.0
+        assert "truncate" in kinds  # rejections roll the draft back, not reset it
+    finally:
+        spec.drafter = honest
+        spec.update(n_draft=4)
+
+
+def test_gemma_self_pair_greedy_output_equals_plain(gemma3_270m: Path, cache_dir: Path) -> None:
+    plain = load(gemma3_270m, None, cache_dir)
+    refs = {p: Run(plain.run(user(p), GEN)).finish.token_ids for p in PROMPTS}
+    plain.close()
+    s = load(gemma3_270m, gemma3_270m, cache_dir)
+    try:
+        for k in (1, 4, 8):
+            s.update(n_draft=k)
+            for prompt, ref in refs.items():
+                run = Run(s.run(user(prompt), GEN))
+                assert run.finish.token_ids == ref, f"k={k} diverged on {prompt!r}"
+    finally:
+        s.close()
+
+
+# -- steps, KV bookkeeping, events -------------------------------------------------------
+
+
+def test_each_step_leaves_both_caches_holding_committed_tokens(spec: Speculator) -> None:
+    spec.update(n_draft=4)
+    run = Run(spec.run(user(PROMPTS[3]), GenerationSettings(max_tokens=48)))
+    prompt_len = run.started.n_prompt
+    committed = 0
+    for st in run.steps:
+        assert st.n_past_before == prompt_len - 1 + committed
+        committed += st.n_committed if run.finish.reason != "eos" or st is not run.steps[-1] else st.n_accepted
+        assert st.n_past_after == prompt_len - 1 + min(committed, run.finish.n_tokens)
+        assert st.committed is not None and st.commit_kind in ("bonus", "correction")
+        assert (st.commit_kind == "bonus") == (st.n_accepted == len(st.proposed))
+        assert all(0.0 <= t.prob <= 1.0 for t in st.proposed)
+        if st.n_accepted < len(st.proposed):
+            assert len(st.target_top) == 5 and len(st.draft_top) == 5
+            assert st.target_top[0].id == st.committed.id  # greedy correction = target's argmax
+        assert st.draft_ms >= 0 and st.verify_ms > 0
+    # the target cache holds the prompt and the reply but the last token
+    assert spec.n_past == prompt_len + run.finish.n_tokens - 1
+    draft_state = spec.drafter.cache.state.tokens  # type: ignore[union-attr]
+    assert len(draft_state) >= prompt_len - 1
+
+
+def test_acceptance_totals_add_up(spec: Speculator) -> None:
+    run = Run(spec.run(user(PROMPTS[1]), GEN))
+    f = run.finish
+    assert f.n_drafted == sum(len(s.proposed) for s in run.steps)
+    assert f.n_accepted == sum(s.n_accepted for s in run.steps)
+    assert f.acceptance_rate == pytest.approx(f.n_accepted / f.n_drafted)
+    spec_steps = [s for s in run.steps if s.proposed]
+    assert f.mean_accepted_length == pytest.approx(f.n_accepted / len(spec_steps))
+    assert f.per_position[0] == pytest.approx(sum(1 for s in spec_steps if s.n_accepted >= 1) / len(spec_steps))
+    assert f.tokens_per_second > 0 and f.n_steps == len(run.steps)
+
+
+def test_streamed_text_equals_a_one_shot_detokenize(spec: Speculator) -> None:
+    for prompt in PROMPTS[:4]:
+        run = Run(spec.run(user(prompt), GEN))
+        assert run.streamed == run.finish.text == spec.target.detokenize(list(run.finish.token_ids))
+
+
+def test_emoji_and_cjk_stream_without_broken_characters(spec: Speculator) -> None:
+    for prompt in ("Reply with only this: 🎉🚀", "How do you write 'thank you' in Japanese?"):
+        run = Run(spec.run(user(prompt), GenerationSettings(max_tokens=24)))
+        assert any(ord(ch) > 0x2E80 for ch in run.streamed), run.streamed
+        for st in run.steps:
+            assert "\ufffd" not in st.text
+        assert run.streamed == spec.target.detokenize(list(run.finish.token_ids))
+        # some token must have been a partial character for this to test anything
+        pieces = [spec.target.piece(t) for t in run.finish.token_ids]
+        assert any(_not_utf8(p) for p in pieces)
+
+
+def _not_utf8(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+        return False
+    except UnicodeDecodeError:
+        return True
+
+
+def test_eos_inside_an_accepted_block_ends_the_reply_there(spec: Speculator, plain: Speculator) -> None:
+    spec.update(n_draft=8)
+    try:
+        prompt = user("What is the capital of France?")
+        run = Run(spec.run(prompt, GEN))
+        ref = Run(plain.run(prompt, GEN)).finish
+        assert run.finish.reason == "eos" == ref.reason
+        assert run.finish.token_ids == ref.token_ids
+        last = run.steps[-1]
+        eos = spec.target.eos
+        ids = [t.id for t in last.proposed]
+        # the EOS was proposed and accepted, with more proposed tokens after it in the block
+        assert eos in ids[: last.n_accepted] and ids.index(eos) < len(ids) - 1
+        assert eos not in run.finish.token_ids
+        assert spec.n_past == run.started.n_prompt - 1 + run.finish.n_tokens
+    finally:
+        spec.update(n_draft=4)
+
+
+def test_a_stop_string_spanning_tokens_ends_and_is_never_streamed(spec: Speculator, plain_refs) -> None:
+    prompt = "What is the capital of France?"
+    full = spec.target.detokenize(list(plain_refs[prompt]))
+    assert "capital of" in full
+    run = Run(spec.run(user(prompt), GenerationSettings(max_tokens=40, stop=("capital of",))))
+    assert run.finish.reason == "stop"
+    assert run.finish.text == full[: full.index("capital of")]
+    assert run.streamed == run.finish.text
+    # text that might have begun the stop string was held back, never shown
+    assert all("capital" not in s.text for s in run.steps)
+
+
+def test_max_tokens_cuts_inside_a_block(spec: Speculator, plain_refs) -> None:
+    spec.update(n_draft=8)
+    try:
+        prompt = PROMPTS[3]
+        run = Run(spec.run(user(prompt), GenerationSettings(max_tokens=7)))
+        assert run.finish.reason == "max_tokens"
+        assert run.finish.token_ids == plain_refs[prompt][:7]
+        assert max(s.k for s in run.steps) <= 6  # k clamped to what can still be committed
+    finally:
+        spec.update(n_draft=4)
+
+
+def test_a_full_context_window_ends_cleanly(smollm2_f32: Path, smollm2_q4_1: Path, cache_dir: Path) -> None:
+    s = load(smollm2_f32, smollm2_q4_1, cache_dir, n_ctx=64, n_draft=8)
+    try:
+        run = Run(s.run(user("Write a long story about a dragon."), GenerationSettings(max_tokens=500)))
+        assert run.finish.reason == "context_full"
+        assert run.finish.error == ""
+        assert run.started.n_prompt + run.finish.n_tokens == 65  # every slot used, last token undecoded
+        for st in run.steps:
+            assert st.n_past_before + 1 + st.k <= 64  # k clamped so the verify batch fits
+        # a prompt that alone overflows the window
+        long = user("word " * 200)
+        over = Run(s.run(long, GEN))
+        assert over.finish.reason == "context_full"
+        assert "context window holds 64" in over.finish.error
+    finally:
+        s.close()
+
+
+def test_cancel_returns_within_one_step(spec: Speculator) -> None:
+    cancel = threading.Event()
+    events = []
+    for ev in spec.run(user(PROMPTS[8]), GenerationSettings(max_tokens=200), cancel):
+        events.append(ev)
+        if ev.type == "step" and ev.index == 2:
+            cancel.set()
+    run = Run(events)
+    assert run.finish.reason == "cancelled"
+    assert len(run.steps) == 3
+    # the engine is usable right after
+    again = Run(spec.run(user(PROMPTS[0]), GEN))
+    assert again.finish.reason == "eos"
+
+
+def test_multi_turn_reuses_both_caches(spec: Speculator) -> None:
+    spec.forget()
+    convo = user("Name a planet.")
+    first = Run(spec.run(convo, GEN))
+    assert first.started.target_sync.kind == "reset"
+    convo += [{"role": "assistant", "content": first.finish.text}, {"role": "user", "content": "Another one?"}]
+    second = Run(spec.run(convo, GEN))
+    assert second.started.target_sync.kind == "extend"
+    assert second.steps[0].sync.kind in ("extend", "truncate")
+    # regenerate: the same conversation again rolls back to the prompt
+    regen = Run(spec.run(convo, GEN))
+    assert regen.started.target_sync.kind == "truncate"
+    assert regen.started.target_sync.end == regen.started.n_prompt - 1
+    assert regen.finish.token_ids == second.finish.token_ids
+    # edit the last user message: truncate to the shared prefix
+    convo[-1] = {"role": "user", "content": "And a moon?"}
+    edited = Run(spec.run(convo, GEN))
+    assert edited.started.target_sync.kind == "truncate"
+    assert edited.started.target_sync.start < second.started.n_prompt - 1
+
+
+def test_sampled_generation_is_reproducible_by_seed(spec: Speculator, plain: Speculator) -> None:
+    hot = GenerationSettings(max_tokens=32, sampling=SamplingParams(temperature=0.9, seed=42))
+    a = Run(spec.run(user(PROMPTS[1]), hot)).finish
+    b = Run(spec.run(user(PROMPTS[1]), hot)).finish
+    assert a.token_ids == b.token_ids
+    other = GenerationSettings(max_tokens=32, sampling=SamplingParams(temperature=0.9, seed=7))
+    c = Run(spec.run(user(PROMPTS[1]), other)).finish
+    assert c.token_ids != a.token_ids
+    # plain sampling with the same seed is reproducible too
+    p1 = Run(plain.run(user(PROMPTS[1]), hot)).finish
+    p2 = Run(plain.run(user(PROMPTS[1]), hot)).finish
+    assert p1.token_ids == p2.token_ids
+
+
+def test_live_settings_apply_from_the_next_step(spec: Speculator) -> None:
+    ks = []
+    for ev in spec.run(user(PROMPTS[8]), GenerationSettings(max_tokens=40)):
+        if ev.type == "step":
+            ks.append(ev.k)
+            if ev.index == 1:
+                spec.update(n_draft=2)
+    spec.update(n_draft=4)
+    assert ks[0] == 4 and all(k <= 2 for k in ks[2:])
+
+
+def test_chat_template_bos_handling(spec: Speculator, gemma3_270m: Path, cache_dir: Path) -> None:
+    from skippy_tui.engine.chat import prompt_tokens, template_for
+
+    # SmolLM2 wants no BOS of its own: the tokens are exactly the rendered template's
+    toks = prompt_tokens(spec.target, spec.template, user("hi"))
+    assert not spec.target.add_bos
+    assert toks == spec.target.tokenize(spec.template.render(user("hi")), add_special=False)
+    g = load(gemma3_270m, None, cache_dir)
+    try:
+        gt = prompt_tokens(g.target, g.template, user("hi"))
+        assert gt[0] == g.target.bos and gt.count(g.target.bos) == 1
+        # a template that itself emits BOS still yields exactly one
+        jinja = template_for(g.target, "{{ bos_token }}{{ messages[0]['content'] }}", "gemma3", None)
+        assert prompt_tokens(g.target, jinja, user("hi")).count(g.target.bos) == 1
+    finally:
+        g.close()

