@@ -554,6 +554,7 @@ def add_bench_parser(sub: Any, add_model_flags: Callable[..., None]) -> argparse
     b.add_argument("--with-combined", action="store_true", default=False, help="also run ngram+model")
     b.add_argument("--no-warmup", action="store_true", default=False, help="skip the unmeasured warm-up pass")
     b.add_argument("--json", action="store_true", default=False, help="print the report as JSON on stdout")
+    b.add_argument("--save", type=Path, default=None, metavar="FILE", help="also write the JSON report to FILE")
     b.add_argument("--no-progress", action="store_true", default=False, help="no progress bar on stderr")
     add_model_flags(b, sub=True)
     b.set_defaults(func=cmd_bench)
@@ -611,6 +612,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         }
     finally:
         speculator.close()
+    if args.save is not None:
+        args.save.write_text(json.dumps(report, indent=2) + "\n", "utf-8")
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:

@@ -256,3 +256,16 @@ def test_adaptive_policy_persists_per_source(pair):
     pair.update(source="model")
     assert pair.k_policy is model_policy
     pair.update(n_draft=4)
+
+
+def test_chooser_recovers_after_a_load_spike():
+    """Under a load spike the draft costs as much as the target and plain wins; when the
+    spike ends the policy notices from the plain steps alone and measures the draft again."""
+    policy = AdaptiveK()
+    spike = feed(policy, 30, 8, verify=lambda b: 3000.0 + 10 * (b - 1), draft_ms=3000.0, accepted=lambda k: k)
+    assert spike[-10:].count(0) >= 9
+    calm = feed(policy, 20, 8, verify=lambda b: 30.0 + 1.0 * (b - 1), draft_ms=3.0, accepted=lambda k: k)
+    first = next(i for i, k in enumerate(calm) if k > 0)
+    assert first <= 6, calm
+    assert calm[-5:] == [8] * 5, calm
+    assert policy.slowdown < 0.05

@@ -16,6 +16,9 @@ the most recent measurements)::
 * ``c_d``: draft cost per draft call (a draft model's decode; ~0 for n-gram);
 * ``V(b)``: the target's verify cost for a batch of ``b`` rows, measured per
   ``b`` and interpolated piecewise-linearly between measured sizes;
+* all of them rescaled by the machine's current *slowdown* (this step's
+  verify time over the table's), so a load spike or its end on a shared
+  machine does not leave the draft's costs stale;
 * ``D(k) = sum_{i=1..k} P(m >= i-1)`` draft calls, ``M(k) = sum_{i=1..k} P(m >= i)``
   expected proposal length, where ``m`` is how many tokens the draft actually
   offers (it may stop early: ``p_min``, no n-gram match).
@@ -263,6 +266,8 @@ class AdaptiveK:
         self._prev_k = 0
         self._spec_steps = 0
         self.last_rates: list[float] = []
+        self._slowdown = Recent(5)  # this step's verify time / the table's, recent steps
+        self._draft_slowdown = 1.0  # the slowdown when the draft was last measured
 
     # -- what it has measured ---------------------------------------------------------
 
@@ -284,14 +289,20 @@ class AdaptiveK:
         **_: object,
     ) -> None:
         """Record one finished step (``k`` asked for, ``n_proposed`` offered, ``n_accepted`` kept)."""
-        self.verify.add(n_proposed + 1, verify_ms)
+        batch = n_proposed + 1
+        expected = self.verify.at(batch)
+        if expected:
+            self._slowdown.add(min(max(verify_ms / expected, 1e-3), 1e3))
+        f = self.slowdown
+        self.verify.add(batch, verify_ms / f)
         if step_ms is not None:
-            self.overhead.add(max(step_ms - sync_ms - draft_ms - verify_ms, 0.0))
+            self.overhead.add(max(step_ms - sync_ms - draft_ms - verify_ms, 0.0) / f)
         if k > 0:
             self._spec_steps += 1
-            self.draft_call.add(draft_ms / max(1, min(k, n_proposed + 1)))
+            self._draft_slowdown = f
+            self.draft_call.add(draft_ms / max(1, min(k, n_proposed + 1)) / f)
             if self._prev_k > 0:
-                self.sync.add(sync_ms)
+                self.sync.add(sync_ms / f)
             self.counts.decay(self.decay)
             self.counts.add(k, n_proposed, n_accepted)
         self._prev_k = k
@@ -306,15 +317,27 @@ class AdaptiveK:
         c = self.counts
         return _smoothed(c.offered, c.asked, n, 1.0, 1.0)
 
+    @property
+    def slowdown(self) -> float:
+        """How much slower the machine runs now than when the costs were measured.
+
+        Every cost is stored divided by the slowdown at the time it was measured
+        and multiplied by the current one when used. The target's verify runs
+        every step, so a load spike on a shared machine (or its end) rescales the
+        draft's costs too, which are otherwise measured only while speculating.
+        """
+        return self._slowdown.value or 1.0
+
     def costs(self, k_max: int) -> Costs | None:
-        """The current cost estimates, or None while something is unmeasured."""
+        """The current cost estimates (ms at the current slowdown), or None while something is unmeasured."""
         d = self.draft_call.value
         if d is None or self.verify.at(1) is None:
             return None
+        f = self.slowdown
         s = self.sync.value if self.sync.value is not None else d
         o = self.overhead.value or 0.0
-        verify = [self.verify.at(b) or 0.0 for b in range(1, k_max + 2)]
-        return Costs(verify, d, s, o)
+        verify = [(self.verify.at(b) or 0.0) * f for b in range(1, k_max + 2)]
+        return Costs(verify, d * f, s * f, o * f)
 
     def rates(self, k_max: int) -> list[float] | None:
         """Expected tokens/s for k = 0..k_max, or None before warm-up data exists."""
@@ -334,6 +357,12 @@ class AdaptiveK:
         """This step's k in ``0..k_max`` and why (expected tokens/s of the alternatives)."""
         if self.verify.count(1) == 0:
             return 0, "auto: measuring plain step"
+        if self._spec_steps >= 2 and self._prev_k == 0 and not 0.5 <= self.slowdown / self._draft_slowdown <= 2.0:
+            # the machine's speed changed since the draft was measured (a load spike began
+            # or ended): its cost relative to the target may have too, so measure it again
+            self.draft_call, self.sync, self._spec_steps = Recent(), Recent(), 0
+            self._interval, self._since_probe = self.probe_every, 0
+            return min(self.warmup_k, k_max), "auto: re-measuring draft (machine speed changed)"
         if self._spec_steps < 2:
             return min(self.warmup_k, k_max), "auto: measuring draft"
         rates = self.rates(k_max)
