@@ -20,7 +20,13 @@ from .engine.errors import BoundsError, SkippyError
 from .engine.loader import EngineSpec
 from .engine.native import LoadParams
 from .engine.sampling import SamplingParams
-from .engine.settings import GenerationSettings, ModelSpec, SpeculationSettings, draft_load_params
+from .engine.settings import (
+    GenerationSettings,
+    ModelSpec,
+    SpeculationSettings,
+    draft_load_params,
+    validate_load_params,
+)
 
 APP = "skippy-tui"
 EMBEDDED_N_DRAFT = 4
@@ -101,11 +107,13 @@ class Config:
         with self._located():
             t = self.values["target"]
             t_load = LoadParams(**{k: (t[k] or None) if k == "device" else t[k] for k in _MODEL_DEFAULTS})
+            validate_load_params("target", t_load)
             target = ModelSpec(Path(t["path"]).expanduser() if t["path"] else None, t_load, t["chat_template"] or None)
             d = self.values["draft"]
             overrides = {k: d[k] for k in _MODEL_DEFAULTS if d[k] is not None}
             if "device" in overrides:
                 overrides["device"] = overrides["device"] or None
+            validate_load_params("draft", draft_load_params(t_load, overrides))
             draft = None
             if d["path"]:
                 draft = ModelSpec(Path(d["path"]).expanduser(), draft_load_params(t_load, overrides))

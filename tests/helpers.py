@@ -25,10 +25,21 @@ PROMPTS = [
 ]
 
 
+# Batch-invariant CPU kernels (see README, "Exactness"): a row's logits do not
+# depend on how many rows the batch holds, so verify == plain decoding bit for bit.
+EXACT = {"flash_attn": "off", "repack": False}
+
+
 def load(
-    target: Path, draft: Path | None, cache_dir: Path, n_draft: int = 4, n_ctx: int = 1024, **spec: object
+    target: Path,
+    draft: Path | None,
+    cache_dir: Path,
+    n_draft: int = 4,
+    n_ctx: int = 1024,
+    load_params: dict | None = None,
+    **spec: object,
 ) -> Speculator:
-    lp = LoadParams(n_ctx=n_ctx, n_batch=256, n_ubatch=256)
+    lp = LoadParams(n_ctx=n_ctx, n_batch=256, n_ubatch=256, **(EXACT if load_params is None else load_params))
     return load_speculator(
         EngineSpec(
             target=ModelSpec(target, lp),

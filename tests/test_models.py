@@ -76,7 +76,7 @@ def test_layer_count_spans_every_shard_of_a_split_model(tmp_path: Path) -> None:
     assert len(shard_paths(first)) == 2
     assert read_model_info(first).n_layer == 7
     (tmp_path / "tiny-00002-of-00002.gguf").unlink()
-    with pytest.raises(ModelFileError, match="shard tiny-00002-of-00002.gguf is missing"):
+    with pytest.raises(ModelFileError, match=r"shard tiny-00002-of-00002\.gguf is missing"):
         read_model_info(first)
 
 

@@ -38,10 +38,8 @@ def _first_token_freq(draft_probs: np.ndarray | None, n: int, seed: int) -> np.n
     rng = np.random.default_rng(seed)
     counts = np.zeros(len(P))
     for _ in range(n):
-        if draft_probs is None:
-            d = int(np.argmax(Q))  # greedy draft: always proposes token 1
-        else:
-            d = sample(draft_probs, rng)
+        # a greedy draft always proposes Q's argmax
+        d = int(np.argmax(Q)) if draft_probs is None else sample(draft_probs, rng)
         n_acc, committed = verify_stochastic(
             [d], [P, P], rng, draft_probs=None if draft_probs is None else [draft_probs]
         )

@@ -106,6 +106,17 @@ def list_devices() -> list[Device]:
     return out
 
 
+def system_info() -> str:
+    """llama.cpp's build and CPU feature line (``LLAMAFILE = 1`` marks batch-variant sgemm)."""
+    ensure_backend()
+    return _L.llama_print_system_info().decode("utf-8", "replace").strip()
+
+
+def batch_invariant_build() -> bool:
+    """True when this llama.cpp build has no llamafile sgemm (built with -DGGML_LLAMAFILE=OFF)."""
+    return "LLAMAFILE = 1" not in system_info()
+
+
 def backend_name() -> str:
     """``CPU``, ``CUDA``, ``Metal``, ``Vulkan``… — the first non-CPU device's backend, else CPU."""
     for d in list_devices():
@@ -153,7 +164,11 @@ class LoadParams:
     """Native settings of one model and its context (already validated).
 
     ``n_gpu_layers`` -1 means all; ``device`` ``None`` lets llama.cpp choose;
-    ``threads`` 0 means one per usable CPU.
+    ``threads`` 0 means one per usable CPU. ``flash_attn`` off and ``repack``
+    (CPU weight repacking) off are the batch-invariant choice on CPU: a row's
+    logits then do not depend on the batch size, so greedy verification
+    reproduces plain decoding exactly (see README, "Exactness"). Turn them on
+    for speed where exactness matters less.
     """
 
     n_ctx: int = 4096
@@ -165,13 +180,13 @@ class LoadParams:
     main_gpu: int = 0
     split_mode: str = "layer"
     device: str | None = None
-    flash_attn: str = "auto"
+    flash_attn: str = "off"
     mmap: bool = True
     mlock: bool = False
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     swa_full: bool = False
-    repack: bool = True
+    repack: bool = False
 
 
 ProgressFn = Callable[[float], bool]

@@ -1,0 +1,103 @@
+"""The headless CLI, run as a user would (a subprocess), on the real default pair."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def cli(*args: str, stdin: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "skippy_tui", *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=timeout,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+    )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _default_pair_ready(smollm2_f32: Path) -> None:
+    """Derive the F32 default target before the CLI runs need it."""
+
+
+def test_run_streams_the_reply_and_traces_steps() -> None:
+    r = cli("run", "What is the capital of France?", "--trace", "--stats", "--max-tokens", "24")
+    assert r.returncode == 0, r.stderr
+    assert "Paris" in r.stdout
+    steps = [ln for ln in r.stderr.splitlines() if ln.startswith("step ")]
+    assert steps and "reset 0.." in steps[0]
+    assert any("✓" in ln for ln in steps)
+    assert any("+bonus" in ln or "+correction" in ln for ln in steps)
+    assert "acceptance" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_json_lines_carry_every_event() -> None:
+    r = cli("run", "Name a colour.", "--json", "--max-tokens", "16", "--n-draft", "3")
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(ln) for ln in r.stdout.splitlines()]
+    types = [e["type"] for e in events]
+    assert types[0] == "reply_started" and types[-1] == "finish" and "step" in types
+    fin = events[-1]
+    for key in ("token_ids", "text", "reason", "acceptance_rate", "mean_accepted_length", "tokens_per_second"):
+        assert key in fin
+    step = next(e for e in events if e["type"] == "step")
+    assert {"sync", "proposed", "n_accepted", "committed", "draft_ms", "verify_ms"} <= step.keys()
+    assert step["k"] <= 3
+
+
+def test_plain_and_speculative_cli_agree() -> None:
+    a = cli("run", "List three fruits that are red.", "--no-draft", "--json", "--max-tokens", "20")
+    b = cli("run", "List three fruits that are red.", "--json", "--max-tokens", "20", "--n-draft", "8")
+    fa, fb = json.loads(a.stdout.splitlines()[-1]), json.loads(b.stdout.splitlines()[-1])
+    assert fa["token_ids"] == fb["token_ids"]
+    assert fa["n_drafted"] == 0 and fb["n_drafted"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (("run", "hi", "--target", "/no/such/model.gguf"), 1, "model file not found: /no/such/model.gguf"),
+        (("run", "hi", "--n-draft", "0"), 2, "n_draft = 0 is out of bounds: must be in 1..4096"),
+        (("run", "hi", "--p-min", "nan"), 2, "p_min = nan is out of bounds"),
+        (("run", "hi", "--config", "/no/such.toml"), 2, "config file not found"),
+    ],
+)
+def test_errors_are_one_line_and_a_nonzero_exit(args: tuple[str, ...], code: int, message: str) -> None:
+    r = cli(*args)
+    assert r.returncode == code
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("skippy-tui:")
+
+
+def test_an_incompatible_pair_is_refused_with_what_differs(gemma3_270m: Path, smollm2_q4_1: Path) -> None:
+    r = cli("run", "hi", "--target", str(smollm2_q4_1), "--draft", str(gemma3_270m))
+    assert r.returncode == 1
+    assert "vocab type differs: target" in r.stderr and "BPE" in r.stderr and "SPM" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_corrupt_config_file_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "c.toml"
+    bad.write_text("[speculation]\nn_draft = -1\n")
+    r = cli("run", "hi", "--config", str(bad))
+    assert r.returncode == 2
+    assert str(bad) in r.stderr and "n_draft = -1" in r.stderr
+
+
+def test_print_config_path() -> None:
+    r = cli("--print-config-path")
+    assert r.returncode == 0 and r.stdout.strip().endswith("config.toml")
+
+
+def test_prompt_from_stdin_and_stop_string() -> None:
+    r = cli("run", "-", "--stop", "Paris", "--max-tokens", "24", stdin="What is the capital of France?")
+    assert r.returncode == 0, r.stderr
+    assert "Paris" not in r.stdout and "capital" in r.stdout

@@ -1,0 +1,86 @@
+"""Config file: every key documented, bad input named precisely."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from skippy_tui.config import SCHEMA, ConfigError, load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "config.example.toml"
+
+
+def test_the_example_config_loads_and_documents_every_key() -> None:
+    cfg = load_config(EXAMPLE)
+    text = EXAMPLE.read_text("utf-8")
+    for section, keys in SCHEMA.items():
+        parts = re.split(rf"^\[{section}\]$", text, flags=re.M)
+        assert len(parts) == 2, section
+        body = parts[1].split("\n[", 1)[0]
+        for key in keys:
+            assert re.search(rf"^#? ?{key} =", body, re.M) or section == "draft", f"{section}.{key} undocumented"
+    # values in the example are the defaults
+    for section, keys in SCHEMA.items():
+        for key, default in keys.items():
+            assert cfg.get(section, key) == default, (section, key)
+    cfg.engine_spec()
+    cfg.generation()
+
+
+@pytest.mark.parametrize(
+    ("toml", "pattern"),
+    [
+        ("[speculation]\nn_draft = 0\n", r"config\.toml: n_draft = 0 is out of bounds: must be in 1\.\.4096"),
+        ("[speculation]\np_min = 1.5\n", r"p_min = 1\.5 is out of bounds"),
+        ("[speculation]\nn_draft = 'lots'\n", r"\[speculation\] n_draft = 'lots'.*integer or \"auto\""),
+        ("[target]\nn_ctx = 'big'\n", r"\[target\] n_ctx = 'big' is not allowed: expected an integer"),
+        ("[target]\nflash_attn = 'maybe'\n", r"target\.flash_attn = 'maybe' .*one of auto, on, off"),
+        ("[target]\ncache_type_k = 'q3'\n", r"target\.cache_type_k = 'q3'"),
+        ("[draft]\nthreads = -2\n", r"draft\.threads = -2 is out of bounds"),
+        ("[target]\nmmap = 1\n", r"\[target\] mmap = 1 is not allowed: expected true/false"),
+        ("[target]\nnctx = 4\n", r"unknown key \[target\] nctx; allowed: path, chat_template, n_ctx"),
+        ("[models]\nx = 1\n", r"unknown section \[models\]"),
+        ("[sampling]\ntemperature = -1\n", r"temperature = -1\.0 is out of bounds"),
+        ("[generation]\nstop = [1, 2]\n", r"\[generation\] stop = \[1, 2\] is not allowed: expected a list"),
+        ("[target\n", r"config\.toml: invalid TOML"),
+    ],
+)
+def test_bad_values_name_file_key_value_and_bound(tmp_path: Path, toml: str, pattern: str) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(toml, "utf-8")
+    with pytest.raises(ConfigError) as info:
+        cfg = load_config(path)
+        cfg.engine_spec()
+        cfg.generation()
+    assert re.search(pattern, str(info.value)), str(info.value)
+    assert str(path) in str(info.value)
+
+
+def test_a_missing_explicit_config_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_no_config_file_means_defaults() -> None:
+    cfg = load_config(None)  # the isolated user config dir holds none
+    assert cfg.source is None
+    spec = cfg.engine_spec()
+    assert spec.target.path is None  # the embedded default pair
+    assert spec.speculation.n_draft == 4  # the demo pair keeps a fixed k
+
+
+def test_the_draft_inherits_target_keys_unless_set(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[target]\npath = "/m/t.gguf"\nn_ctx = 2048\nthreads = 2\nmlock = true\n'
+        '[draft]\npath = "/m/d.gguf"\nthreads = 1\ncache_type_k = "q8_0"\n',
+        "utf-8",
+    )
+    spec = load_config(path).engine_spec()
+    d = spec.draft.load
+    assert (d.n_ctx, d.mlock, d.threads, d.cache_type_k) == (2048, True, 1, "q8_0")
+    assert spec.target.load.cache_type_k == "f16"
+    assert spec.speculation.n_draft == "auto"  # configured pairs default to adaptive k
