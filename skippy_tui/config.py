@@ -64,7 +64,15 @@ _DRAFT_KEYS: dict[str, Any] = {"path": "", "enabled": True, **{k: None for k in 
 SCHEMA: dict[str, dict[str, Any]] = {
     "target": _TARGET_KEYS,
     "draft": _DRAFT_KEYS,
-    "speculation": {"enabled": True, "n_draft": "auto", "n_draft_max": 8, "n_min": 0, "p_min": 0.0, "source": "model"},
+    "speculation": {
+        "enabled": True,
+        "n_draft": "auto",
+        "n_draft_max": 8,
+        "n_min": 0,
+        "p_min": 0.0,
+        "source": "model",
+        "exact": True,
+    },
     "sampling": {"temperature": 0.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "seed": 0},
     "generation": {"max_tokens": 512, "stop": [], "system_prompt": ""},
     "ui": {"theme": "skippy-dark", "color_origin": False, "autosave": False, "transcript_dir": ""},
@@ -131,6 +139,7 @@ class Config:
                 p_min=float(sp["p_min"]),
                 source=sp["source"],
                 n_draft_max=sp["n_draft_max"],
+                exact=bool(sp["exact"]),
             )
             return EngineSpec(target, draft, speculation, cache_dir(), use_draft=use_draft)
 

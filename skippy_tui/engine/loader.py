@@ -18,6 +18,7 @@ from .compat import check_compatible
 from .defaults import default_pair
 from .drafters import ModelDrafter
 from .gguf_info import ModelInfo, cached_model_info
+from .invariance import probe
 from .native import Context, Model
 from .settings import ModelSpec, SpeculationSettings, validate_load_params
 from .speculator import Speculator
@@ -123,8 +124,17 @@ def load_speculator(spec: EngineSpec, progress: Progress = _noop) -> Speculator:
         for obj in reversed(owned):
             obj.close()
         raise
+    speculator = Speculator(t_model, t_ctx, template, drafter, speculation, t_info, d_info)
+    if spec.speculation.exact:
+        progress("measuring batch invariance", 0.0)
+        try:
+            speculator.invariance = probe(t_ctx, spec.speculation.k_max + 1)
+        except BaseException:
+            speculator.close()
+            raise
+        speculator.verify_rows = speculator.invariance.rows
     progress("ready", 1.0)
-    return Speculator(t_model, t_ctx, template, drafter, speculation, t_info, d_info)
+    return speculator
 
 
 def _report(progress: Progress, stage: str, fraction: float) -> bool:

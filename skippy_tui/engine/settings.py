@@ -85,7 +85,9 @@ class SpeculationSettings:
     decodes plainly. ``p_min``: drafting stops when the draft's top probability
     falls below it. ``source``: ``model`` (the draft model), ``ngram``
     (prompt lookup, no model needed) or ``ngram+model`` (n-gram when it
-    matches, else the model). ``enabled`` False = plain decoding.
+    matches, else the model). ``enabled`` False = plain decoding. ``exact``:
+    measure at load how large a verify batch the target decodes bit-identically
+    to single rows, and verify in chunks of that size (:mod:`invariance`).
 
     Raises:
         BoundsError: per the bounds contract.
@@ -97,6 +99,7 @@ class SpeculationSettings:
     p_min: float = 0.0
     source: str = "model"
     n_draft_max: int = 8
+    exact: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.n_draft, str) and self.n_draft != "auto":

@@ -35,6 +35,7 @@ from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import BoundsError, ContextFullError, SkippyError
 from .events import Event, ReplyFinished, ReplyStarted, StepVerified, SyncInfo, TextSpan, TokenInfo
 from .gguf_info import ModelInfo
+from .invariance import Invariance
 from .kvcache import KvCache
 from .native import Context, Model
 from .ngram import NgramDrafter, build_drafter
@@ -65,6 +66,9 @@ class Speculator:
         draft_info: ModelInfo | None = None,
     ) -> None:
         self.target = target
+        # largest verify batch that decodes bit-identically to plain decoding (None = any)
+        self.verify_rows: int | None = None
+        self.invariance: Invariance | None = None
         self.target_info = target_info
         self.draft_info = draft_info
         self.target_cache = KvCache(target_ctx)
@@ -243,7 +247,7 @@ class Speculator:
                         proposal = Proposal(rows=proposal.rows)
                 t = time.perf_counter()
                 batch = [context[-1], *proposal.tokens]
-                logits = self.target_cache.ctx.decode(batch, n_past, len(batch))
+                logits = self._verify_decode(batch, n_past)
                 self.target_cache.state.record_extend(batch)
                 n_acc, committed = self._verify(proposal.tokens, logits, gen, rng)
                 verify_ms = (time.perf_counter() - t) * 1000
@@ -343,6 +347,26 @@ class Speculator:
         if 0 < k < spec.n_min:
             return 0, f"k={k} below n_min={spec.n_min}"
         return k, why
+
+    def _verify_decode(self, batch: list[int], n_past: int) -> np.ndarray:
+        """Target logits at every row of ``[last, d1..dk]``, in chunks of ``verify_rows``.
+
+        Chunking keeps each row bit-identical to a plain decode (see
+        :mod:`invariance`); on failure nothing of the batch stays cached.
+        """
+        ctx = self.target_cache.ctx
+        rows = self.verify_rows
+        if rows is None or len(batch) <= rows:
+            return ctx.decode(batch, n_past, len(batch))
+        parts = []
+        try:
+            for i in range(0, len(batch), rows):
+                chunk = batch[i : i + rows]
+                parts.append(ctx.decode(chunk, n_past + i, len(chunk)))
+        except SkippyError:
+            ctx.remove_from(n_past)
+            raise
+        return np.concatenate(parts)
 
     def _verify(
         self, proposal: Sequence[int], logits: np.ndarray, gen: GenerationSettings, rng: np.random.Generator
