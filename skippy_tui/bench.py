@@ -31,6 +31,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -424,6 +425,14 @@ def render_text(report: dict[str, Any]) -> str:
         f"skippy-tui bench — target {meta['target']}, draft {meta['draft'] or 'none'}",
         f"{meta['threads']} threads, {'greedy' if meta['greedy'] else 'sampled'}, max {meta['max_tokens']} tokens "
         f"(long-form x2), median of {meta['repeats']} repeat(s), n_draft_max {meta['n_draft_max']}",
+    ]
+    load = meta.get("loadavg_1min")
+    if load and None not in load:
+        busy = max(load) > meta["threads"] + 1.0  # more than this process's own threads
+        note = " (other work competed for the CPUs: figures are noisy)" if busy else ""
+        cpus = meta.get("cpus", "?")
+        lines.append(f"{cpus} CPUs, 1-min load average {load[0]:.2f} at start, {load[1]:.2f} at end{note}")
+    lines += [
         "",
         "tokens/s (ratio to plain)",
     ]
@@ -588,6 +597,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         progress = Progress(total, enabled=not args.no_progress)
         system = cfg.get("generation", "system_prompt") or ""
         t0 = time.perf_counter()
+        load_before = _loadavg()
         try:
             cells = run_bench(speculator, gen, prompts, methods, args.repeats, not args.no_warmup, progress, system)
         finally:
@@ -609,6 +619,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             "methods": [m.name for m in methods],
             "prompts": {p.name: {"kind": p.kind, "max_tokens": round(gen.max_tokens * p.length)} for p in prompts},
             "seconds": round(time.perf_counter() - t0, 1),
+            "cpus": _cpus(),
+            "loadavg_1min": [load_before, _loadavg()],
         }
     finally:
         speculator.close()
@@ -619,6 +631,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_text(report) + "\n")
     return 0
+
+
+def _loadavg() -> float | None:
+    """The 1-minute load average (other work competing for the CPUs), where the OS has one."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):  # pragma: no cover - not Unix
+        return None
+
+
+def _cpus() -> int:
+    from .engine.native import default_threads
+
+    return default_threads()
 
 
 def _threads(configured: int) -> int:
