@@ -5,9 +5,10 @@ inside a batch as alone. llama.cpp's kernels do not promise that: on a 2-core
 AVX-512 CPU, Gemma 3 270M Q4_K_M rows are bit-identical in batches of up to 7
 rows and then differ by up to 1.1 logits (other matrix paths take over at 8),
 while SmolLM2 F32 stays identical at every size. So instead of assuming, the
-engine measures once at load: decode a short fixed text row by row, then in one
-batch of each candidate size, largest first, and keep the largest size whose
-rows match exactly. Verification then splits a longer batch into chunks of that
+engine measures once at load: decode a short fixed text row by row, then in
+batches, and keep the largest batch size whose rows match exactly (bisected;
+kernels switch at a threshold). At least 17 rows are probed, so k can be
+raised to 16 at run time and stay exact. Verification then splits a longer batch into chunks of that
 size (an extra decode only when k + 1 exceeds it).
 """
 
@@ -21,6 +22,7 @@ from .native import Context
 
 _PROBE_TEXT = "The quick brown fox jumps over the lazy dog, then naps in the warm afternoon sun by the river. "
 _PREFIX = 4
+MIN_PROBED_ROWS = 17
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +48,7 @@ class Invariance:
 def probe(ctx: Context, max_rows: int) -> Invariance:
     """Measure batch invariance on ``ctx`` (whose KV cache is cleared before and after).
 
-    Costs ``max_rows`` single decodes plus at most ``max_rows - 1`` batch
+    Costs ``max_rows`` single decodes plus about ``log2(max_rows)`` batch
     decodes of a short text.
 
     Raises:
@@ -64,15 +66,22 @@ def probe(ctx: Context, max_rows: int) -> Invariance:
         ctx.clear()
         ctx.prefill(prefix, 0)
         single = np.concatenate([ctx.decode([t], _PREFIX + i, 1) for i, t in enumerate(rows)])
-        worst = 0.0
-        for size in range(max_rows, 1, -1):
+
+        def diff(size: int) -> float:
             ctx.remove_from(_PREFIX)
-            batched = ctx.decode(rows[:size], _PREFIX, size)
-            diff = float(np.abs(batched - single[:size]).max())
-            if size == max_rows:
-                worst = diff
-            if diff == 0.0:
-                return Invariance(None if size == max_rows else size, max_rows, worst)
-        return Invariance(1, max_rows, worst)
+            return float(np.abs(ctx.decode(rows[:size], _PREFIX, size) - single[:size]).max())
+
+        worst = diff(max_rows)
+        if worst == 0.0:
+            return Invariance(None, max_rows, 0.0)
+        # kernels switch at a threshold, so exactness is monotone in the size: bisect
+        lo, hi = 1, max_rows  # lo is exact, hi is not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if diff(mid) == 0.0:
+                lo = mid
+            else:
+                hi = mid
+        return Invariance(lo, max_rows, worst)
     finally:
         ctx.clear()

@@ -18,7 +18,7 @@ from .compat import check_compatible
 from .defaults import default_pair
 from .drafters import ModelDrafter
 from .gguf_info import ModelInfo, cached_model_info
-from .invariance import probe
+from .invariance import MIN_PROBED_ROWS, probe
 from .native import Context, Model
 from .settings import ModelSpec, SpeculationSettings, validate_load_params
 from .speculator import Speculator
@@ -128,7 +128,7 @@ def load_speculator(spec: EngineSpec, progress: Progress = _noop) -> Speculator:
     if spec.speculation.exact:
         progress("measuring batch invariance", 0.0)
         try:
-            speculator.invariance = probe(t_ctx, spec.speculation.k_max + 1)
+            speculator.invariance = probe(t_ctx, max(spec.speculation.k_max + 1, MIN_PROBED_ROWS))
         except BaseException:
             speculator.close()
             raise
