@@ -9,7 +9,10 @@ from the same process, models and caches. Each repeat rotates the method order
 (slow drifts of a shared machine then hit every method alike); tokens/s are
 medians over repeats.
 
-What it reports, per prompt and method: tokens/s and its ratio to plain,
+What it reports, per prompt and method: tokens/s of decoding (generated
+tokens over generation time, the prompt's prefill excluded — the target's as
+the engine counts it, and here the draft's first fill with the prompt too, as
+llama.cpp's speculative example counts both) and its ratio to plain,
 acceptance rate, mean accepted length (accepted draft tokens per speculative
 step, bonus not counted), acceptance by position, draft ms per drafted token,
 and — with greedy sampling — whether the output was token-identical to plain.
@@ -135,6 +138,7 @@ class RunResult:
     token_ids: tuple[int, ...]
     reason: str
     error: str = ""
+    draft_prefill_ms: float = 0.0
 
 
 def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunResult:
@@ -151,8 +155,16 @@ def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunRes
     prev_k = 0
     n_spec = 0  # steps with a proposal (as AcceptanceStats counts them)
     finish = None
+    n_prompt = 0
+    draft_prefill_ms = 0.0
     for ev in speculator.run(messages, gen):
-        if ev.type == "step":
+        if ev.type == "reply_started":
+            n_prompt = ev.n_prompt
+        elif ev.type == "step":
+            if ev.sync.kind == "reset" and ev.sync.end > ev.sync.start:
+                # the draft's first fill: its share of prompt tokens is prefill, not decoding
+                span = ev.sync.end - ev.sync.start
+                draft_prefill_ms += ev.sync_ms * max(min(ev.sync.end, n_prompt) - ev.sync.start, 0) / span
             m = len(ev.proposed)
             ks.append(ev.k)
             n_spec += m > 0
@@ -173,7 +185,7 @@ def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunRes
             finish = ev
     assert finish is not None
     return RunResult(
-        tokens_per_second=finish.tokens_per_second,
+        tokens_per_second=decode_rate(finish.n_tokens, finish.generation_ms - draft_prefill_ms),
         n_tokens=finish.n_tokens,
         n_steps=finish.n_steps,
         n_drafted=finish.n_drafted,
@@ -189,7 +201,13 @@ def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunRes
         token_ids=finish.token_ids,
         reason=finish.reason,
         error=finish.error,
+        draft_prefill_ms=draft_prefill_ms,
     )
+
+
+def decode_rate(n_tokens: int, decode_ms: float) -> float:
+    """Tokens per second of decoding (the prompt's prefill into either model excluded)."""
+    return n_tokens * 1000.0 / decode_ms if decode_ms > 0 else 0.0
 
 
 @dataclass
@@ -225,6 +243,7 @@ class Cell:
             "mean_accepted_length": round(accepted / spec_steps, 3) if spec_steps else None,
             "acceptance_by_position": [round(a / d, 3) if d else None for a, d in zip(a_at, d_at)],
             "draft_ms_per_token": round(sum(r.draft_ms for r in runs) / drafted, 3) if drafted else None,
+            "draft_prefill_ms": round(statistics.median(r.draft_prefill_ms for r in runs), 1) if runs else 0.0,
             "mean_k": round(sum(ks) / len(ks), 2) if ks else 0.0,
             "plain_step_share": round(sum(1 for k in ks if k == 0) / len(ks), 3) if ks else 0.0,
             "identical_to_plain": identical,
@@ -314,6 +333,7 @@ def cost_summary(cells: dict[str, dict[str, Cell]], ks: Sequence[int]) -> dict[s
     model_calls: list[float] = []
     ngram_calls: list[float] = []
     syncs: list[float] = []
+    prefills: list[float] = []
     for row in cells.values():
         for name, cell in row.items():
             for run in cell.runs:
@@ -322,6 +342,8 @@ def cost_summary(cells: dict[str, dict[str, Cell]], ks: Sequence[int]) -> dict[s
                 if name.startswith("k=") or name == "auto":
                     model_calls += run.draft_call_ms
                     syncs += run.sync_ms
+                    if run.draft_prefill_ms > 0:
+                        prefills.append(run.draft_prefill_ms)
                 elif name == "ngram":
                     ngram_calls += run.draft_call_ms
     verify_ms = {b: round(statistics.median(v), 2) for b, v in sorted(verify.items())}
@@ -332,6 +354,7 @@ def cost_summary(cells: dict[str, dict[str, Cell]], ks: Sequence[int]) -> dict[s
         "draft_ms_per_token": round(draft, 3) if draft is not None else None,
         "ngram_ms_per_lookup": round(_median(ngram_calls), 4) if ngram_calls else None,
         "sync_ms_per_step": round(_median(syncs), 3) if syncs else None,
+        "draft_prefill_ms": round(_median(prefills), 1) if prefills else None,
         "break_even_acceptance": {},
     }
     if draft is None or 1 not in verify_ms:
@@ -434,7 +457,7 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append(f"{cpus} CPUs, 1-min load average {load[0]:.2f} at start, {load[1]:.2f} at end{note}")
     lines += [
         "",
-        "tokens/s (ratio to plain)",
+        "tokens/s of decoding, prompt prefill of both models excluded (ratio to plain)",
     ]
     w = max(len(n) for n in report["results"]) + 2
     cw = 15
@@ -484,6 +507,8 @@ def render_text(report: dict[str, Any]) -> str:
         f"{_fmt(c['ngram_ms_per_lookup'], '.3f')} (n-gram lookup);  "
         f"draft sync per step: {_fmt(c['sync_ms_per_step'])} ms"
     )
+    if c.get("draft_prefill_ms") is not None:
+        lines.append(f"  draft's prefill of a prompt (not in tokens/s): {c['draft_prefill_ms']:.0f} ms")
     if c["break_even_acceptance"]:
         lines.append(
             "  break-even acceptance per position: "
