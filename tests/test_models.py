@@ -177,3 +177,28 @@ def test_copy_of_a_model_is_a_fine_draft(smollm2_q4_1: Path, tmp_path: Path, cac
     copy = tmp_path / "copy.gguf"
     shutil.copy(smollm2_q4_1, copy)
     check_compatible(_info(smollm2_q4_1, cache_dir), _info(copy, cache_dir))
+
+
+@pytest.mark.parametrize(("mmap", "mlock"), [(False, False), (True, False)])
+def test_mmap_setting_reaches_llama_cpp_and_loads(smollm2_q4_1: Path, mmap: bool, mlock: bool) -> None:
+    from skippy_tui.engine.native import Context, Model
+
+    lp = LoadParams(n_ctx=256, n_batch=64, n_ubatch=64, mmap=mmap, mlock=mlock)
+    with Model(smollm2_q4_1, lp) as model:
+        ctx = Context(model, lp)
+        try:
+            assert ctx.decode(model.tokenize("Hello", add_special=True), 0).shape == (1, model.n_vocab)
+        finally:
+            ctx.close()
+
+
+def test_a_params_field_llama_cpp_lacks_is_an_error_not_silence() -> None:
+    import llama_cpp
+
+    from skippy_tui.engine import native
+
+    mp = llama_cpp.llama_model_default_params()
+    native._set(mp, load_mode=0)
+    assert mp.load_mode == 0
+    with pytest.raises(AttributeError, match="use_mmap"):
+        native._set(mp, use_mmap=True)  # renamed upstream to load_mode

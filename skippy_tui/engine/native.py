@@ -9,6 +9,7 @@ captured into a ring buffer (never printed) so errors can quote them.
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -68,6 +69,7 @@ class Device:
     kind: str
 
 
+@functools.cache
 def _ggml() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(Path(_L.llama_cpp._base_path) / "libggml.so"))
     lib.ggml_backend_dev_count.restype = ctypes.c_size_t
@@ -117,6 +119,7 @@ def batch_invariant_build() -> bool:
     return "LLAMAFILE = 1" not in system_info()
 
 
+@functools.cache
 def backend_name() -> str:
     """``CPU``, ``CUDA``, ``Metal``, ``Vulkan``… — the first non-CPU device's backend, else CPU."""
     for d in list_devices():
@@ -199,12 +202,15 @@ class Model:
         ensure_backend()
         self.path = path
         mp = _L.llama_model_default_params()
-        mp.n_gpu_layers = params.n_gpu_layers if params.n_gpu_layers >= 0 else 0x7FFFFFFF
-        mp.main_gpu = params.main_gpu
-        mp.split_mode = SPLIT_MODES[params.split_mode]
-        mp.use_mmap = params.mmap
-        mp.use_mlock = params.mlock
-        mp.use_extra_bufts = params.repack
+        # llama.cpp folded use_mmap/use_mlock into one load_mode enum
+        _set(
+            mp,
+            n_gpu_layers=params.n_gpu_layers if params.n_gpu_layers >= 0 else 0x7FFFFFFF,
+            main_gpu=params.main_gpu,
+            split_mode=SPLIT_MODES[params.split_mode],
+            load_mode=_LOAD_MODES[params.mmap, params.mlock],
+            use_extra_bufts=params.repack,
+        )
         devices = None
         if params.device:
             devices = (ctypes.c_void_p * 2)(_device_handle(params.device), None)
@@ -316,6 +322,26 @@ class Model:
 # -- context ---------------------------------------------------------------------------
 
 
+# (mmap, mlock) -> llama_load_mode
+_LOAD_MODES = {(False, False): 0, (True, False): 1, (False, True): 2, (True, True): 3}
+
+
+def _set(struct: ctypes.Structure, **fields: object) -> None:
+    """Set fields of a llama.cpp params struct; a name the binding lacks is an error.
+
+    ctypes would silently add a Python attribute instead, so a renamed field
+    upstream must fail loudly here.
+
+    Raises:
+        AttributeError: ``struct`` has no field of that name.
+    """
+    known = {f[0] for f in type(struct)._fields_}
+    for name, value in fields.items():
+        if name not in known:
+            raise AttributeError(f"{type(struct).__name__} has no field {name!r} in this llama-cpp-python")
+        setattr(struct, name, value)
+
+
 def default_threads() -> int:
     """Threads used when a model sets ``threads = 0``: the CPUs this process may use."""
     import os
@@ -336,19 +362,22 @@ class Context:
     def __init__(self, model: Model, params: LoadParams) -> None:
         self.model = model
         cp = _L.llama_context_default_params()
-        cp.n_ctx = params.n_ctx
-        cp.n_batch = params.n_batch
-        cp.n_ubatch = min(params.n_ubatch, params.n_batch)
-        cp.n_seq_max = 1
         # llama.cpp's own default is 4 threads, which oversubscribes small machines
         threads = params.threads if params.threads > 0 else default_threads()
-        cp.n_threads = threads
-        cp.n_threads_batch = params.threads_batch if params.threads_batch > 0 else threads
-        cp.flash_attn_type = FLASH_ATTN[params.flash_attn]
-        cp.type_k = KV_CACHE_TYPES[params.cache_type_k]
-        cp.type_v = KV_CACHE_TYPES[params.cache_type_v]
-        cp.swa_full = params.swa_full
-        cp.no_perf = True
+        _set(
+            cp,
+            n_ctx=params.n_ctx,
+            n_batch=params.n_batch,
+            n_ubatch=min(params.n_ubatch, params.n_batch),
+            n_seq_max=1,
+            n_threads=threads,
+            n_threads_batch=params.threads_batch if params.threads_batch > 0 else threads,
+            flash_attn_type=FLASH_ATTN[params.flash_attn],
+            type_k=KV_CACHE_TYPES[params.cache_type_k],
+            type_v=KV_CACHE_TYPES[params.cache_type_v],
+            swa_full=params.swa_full,
+            no_perf=True,
+        )
         _LOG.clear()
         ptr = _L.llama_init_from_model(model.ptr, cp)
         if not ptr:
