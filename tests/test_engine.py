@@ -11,7 +11,8 @@ from helpers import PROMPTS, Run, load, user
 
 from skippy_tui.engine.drafters import ModelDrafter, Proposal
 from skippy_tui.engine.events import SyncInfo
-from skippy_tui.engine.native import Context, LoadParams, Model
+from skippy_tui.engine.invariance import cpu_model
+from skippy_tui.engine.native import Context, LoadParams, Model, system_info
 from skippy_tui.engine.sampling import SamplingParams
 from skippy_tui.engine.settings import GenerationSettings
 from skippy_tui.engine.speculator import Speculator
@@ -168,8 +169,12 @@ def test_gemma_self_pair_greedy_output_equals_plain(gemma3_270m: Path, cache_dir
         for k in (1, 4, 8):
             s.update(n_draft=k)
             for prompt, ref in refs.items():
-                run = Run(s.run(user(prompt), GEN))
-                assert run.finish.token_ids == ref, f"k={k} diverged on {prompt!r}"
+                got = Run(s.run(user(prompt), GEN)).finish.token_ids
+                at = next((i for i, (a, b) in enumerate(zip(got, ref, strict=False)) if a != b), None)
+                assert got == ref, (
+                    f"k={k} diverged on {prompt!r} at token {at}; probe: "
+                    f"{s.invariance.label() if s.invariance else None} on {cpu_model()!r} [{system_info()}]"
+                )
     finally:
         s.close()
 
@@ -319,10 +324,11 @@ def test_multi_turn_reuses_both_caches(spec: Speculator) -> None:
     convo = user("Name a planet.")
     first = Run(spec.run(convo, GEN))
     assert first.started.target_sync.kind == "reset"
+    assert first.started.draft_sync.kind == "reset" and first.steps[0].sync.kind == "synced"
     convo += [{"role": "assistant", "content": first.finish.text}, {"role": "user", "content": "Another one?"}]
     second = Run(spec.run(convo, GEN))
     assert second.started.target_sync.kind == "extend"
-    assert second.steps[0].sync.kind in ("extend", "truncate")
+    assert second.started.draft_sync.kind in ("extend", "truncate")
     # regenerate: the same conversation again rolls back to the prompt
     regen = Run(spec.run(convo, GEN))
     assert regen.started.target_sync.kind == "truncate"

@@ -3,25 +3,38 @@
 Greedy speculation is lossless only if the target gives a row the same logits
 inside a batch as alone. llama.cpp's kernels do not promise that: on a 2-core
 AVX-512 CPU, Gemma 3 270M Q4_K_M rows are bit-identical in batches of up to 7
-rows and then differ by up to 1.1 logits (other matrix paths take over at 8),
-while SmolLM2 F32 stays identical at every size. So instead of assuming, the
-engine measures once at load: decode a short fixed text row by row, then in
-batches, and keep the largest batch size whose rows match exactly (bisected;
-kernels switch at a threshold). At least 17 rows are probed, so k can be
-raised to 16 at run time and stay exact. Verification then splits a longer batch into chunks of that
-size (an extra decode only when k + 1 exceeds it).
+rows and then differ by up to 1.5 logits (other matrix paths take over at 8),
+while SmolLM2 F32 stays identical at every size; another CPU may switch
+elsewhere. So instead of assuming, the engine measures: decode a short fixed
+text row by row, then as one batch of every size from 2 up, in two windows
+(early positions, and past position 64 where SIMD loop bounds and KV views
+have grown), and keep the largest size below the first that differs anywhere.
+Sizes are not bisected: nothing promises that exactness is monotone in the
+size. At least 17 rows are probed, so k can be raised to 16 at run time and
+stay exact. Verification then splits a longer batch into chunks of that size
+(an extra decode only when k + 1 exceeds it). The result depends only on the
+model file, the build, the CPU and the numeric load settings, so it is cached
+on disk (:func:`cached_probe`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from statistics import median
 
 import numpy as np
 
-from .native import Context
+from .native import Context, LoadParams, system_info
 
 _PROBE_TEXT = "The quick brown fox jumps over the lazy dog, then naps in the warm afternoon sun by the river. "
 _PREFIX = 4
+_LATE = 60  # the second window starts here and runs past position 64
 MIN_PROBED_ROWS = 17
 
 
@@ -29,59 +42,129 @@ MIN_PROBED_ROWS = 17
 class Invariance:
     """Result of :func:`probe`.
 
-    ``rows``: the largest batch (≤ ``probed``) whose rows equal single-row
-    decodes bit for bit; ``None`` when every probed size matched (no limit
-    known). ``max_diff``: the largest absolute logit difference seen at
-    ``probed`` rows (0.0 when exact).
+    ``rows``: the largest batch size (≤ ``probed``) such that every size up
+    to it gives rows equal to single-row decodes bit for bit in every window;
+    ``None`` when every probed size matched (no limit known). ``max_diff``:
+    the largest absolute logit difference at the first size that differed
+    (0.0 when exact). ``windows``: the first positions of the probed windows.
+    ``timings_ms``: decode time (ms) by batch size seen while probing (size
+    1 = the median single-row decode), a first estimate of verify costs.
     """
 
     rows: int | None
     probed: int
     max_diff: float
+    windows: tuple[int, ...] = ()
+    timings_ms: dict[int, float] = field(default_factory=dict)
 
     def label(self) -> str:
         if self.rows is None:
             return f"exact (batches ≤ {self.probed} probed)"
-        return f"exact in chunks of {self.rows} (Δlogit {self.max_diff:.3g} at {self.probed})"
+        return f"exact in chunks of {self.rows} (Δlogit {self.max_diff:.3g} at {self.rows + 1} rows)"
 
 
 def probe(ctx: Context, max_rows: int) -> Invariance:
     """Measure batch invariance on ``ctx`` (whose KV cache is cleared before and after).
 
-    Costs ``max_rows`` single decodes plus about ``log2(max_rows)`` batch
-    decodes of a short text.
+    Costs up to ``2 × max_rows`` single decodes and ``2 × (max_rows - 1)``
+    batch decodes of a short text (a few seconds on a 2-core CPU).
 
     Raises:
         DecodeError, ContextFullError: from llama.cpp (the cache is cleared).
     """
     max_rows = max(1, min(max_rows, ctx.n_batch, ctx.n_ctx - _PREFIX))
+    late = max(_LATE, _PREFIX + max_rows)
+    windows = [_PREFIX] + ([late] if late + max_rows <= ctx.n_ctx else [])
+    need = windows[-1] + max_rows
     model = ctx.model
     text = _PROBE_TEXT
     tokens = model.tokenize(text, add_special=False)
-    while len(tokens) < _PREFIX + max_rows:
+    while len(tokens) < need:
         text += _PROBE_TEXT
         tokens = model.tokenize(text, add_special=False)
-    prefix, rows = tokens[:_PREFIX], tokens[_PREFIX : _PREFIX + max_rows]
+    timings: dict[int, list[float]] = {}
+    limit, worst = max_rows, 0.0  # sizes up to limit are still exact everywhere
     try:
         ctx.clear()
-        ctx.prefill(prefix, 0)
-        single = np.concatenate([ctx.decode([t], _PREFIX + i, 1) for i, t in enumerate(rows)])
-
-        def diff(size: int) -> float:
-            ctx.remove_from(_PREFIX)
-            return float(np.abs(ctx.decode(rows[:size], _PREFIX, size) - single[:size]).max())
-
-        worst = diff(max_rows)
-        if worst == 0.0:
-            return Invariance(None, max_rows, 0.0)
-        # kernels switch at a threshold, so exactness is monotone in the size: bisect
-        lo, hi = 1, max_rows  # lo is exact, hi is not
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if diff(mid) == 0.0:
-                lo = mid
-            else:
-                hi = mid
-        return Invariance(lo, max_rows, worst)
+        ctx.prefill(tokens[:_PREFIX], 0)
+        filled = _PREFIX
+        for start in windows:
+            if limit < 2:
+                break
+            if start > filled:
+                ctx.prefill(tokens[filled:start], filled)
+            rows = tokens[start : start + max_rows]
+            ref = []
+            for i, t in enumerate(rows[:limit]):
+                t0 = time.perf_counter()
+                ref.append(ctx.decode([t], start + i, 1)[0])
+                timings.setdefault(1, []).append((time.perf_counter() - t0) * 1000)
+            for size in range(2, limit + 1):
+                ctx.remove_from(start)
+                t0 = time.perf_counter()
+                out = ctx.decode(rows[:size], start, size)
+                timings.setdefault(size, []).append((time.perf_counter() - t0) * 1000)
+                diff = float(np.abs(out - np.stack(ref[:size])).max())
+                if diff != 0.0:
+                    limit, worst = size - 1, diff
+                    break
+            ctx.remove_from(start)
+            filled = start
     finally:
         ctx.clear()
+    ms = {b: median(v[1:] if b == 1 and len(v) > 1 else v) for b, v in timings.items() if b <= limit}
+    exact = limit == max_rows and worst == 0.0
+    return Invariance(None if exact else limit, max_rows, worst, tuple(windows), ms)
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux: from /proc/cpuinfo), part of the probe cache key."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def cached_probe(ctx: Context, max_rows: int, params: LoadParams, cache_dir: Path | None) -> Invariance:
+    """:func:`probe`, memoised on disk by (model file, build, CPU, numeric load settings).
+
+    A missing or unreadable entry is simply measured again; writes are atomic.
+
+    Raises:
+        DecodeError, ContextFullError: as :func:`probe`.
+    """
+    path = ctx.model.path
+    if cache_dir is None or not path.is_file():
+        return probe(ctx, max_rows)
+    st = path.stat()
+    numeric = (params.flash_attn, params.repack, params.cache_type_k, params.cache_type_v, params.n_gpu_layers,
+               params.device, params.threads, params.threads_batch, ctx.n_ubatch, max_rows)  # fmt: skip
+    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{system_info()}|{cpu_model()}|{numeric}"
+    entry = cache_dir / "invariance" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+    try:
+        data = json.loads(entry.read_text("utf-8"))
+        return Invariance(
+            rows=data["rows"],
+            probed=data["probed"],
+            max_diff=data["max_diff"],
+            windows=tuple(data["windows"]),
+            timings_ms={int(b): float(ms) for b, ms in data["timings_ms"].items()},
+        )
+    except (OSError, ValueError, TypeError, KeyError):
+        pass
+    result = probe(ctx, max_rows)
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=entry.parent, suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(asdict(result), fh)
+        os.replace(tmp, entry)
+    except OSError:
+        pass  # a cache we cannot write only costs time
+    return result

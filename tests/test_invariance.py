@@ -1,0 +1,65 @@
+"""The load-time batch-invariance probe, checked against a denser scan on real models.
+
+The probe's claim ("every verify batch up to ``rows`` rows gives each row the
+logits of a single-row decode, bit for bit") is what makes greedy speculation
+token-identical to plain decoding; here it is checked at many positions the
+probe itself never visits, on whatever CPU runs the tests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from helpers import EXACT
+
+from skippy_tui.engine.invariance import cached_probe, cpu_model, probe
+from skippy_tui.engine.native import Context, LoadParams, Model, system_info
+
+
+def _scan(ctx: Context, rows: int, last: int, every: int) -> list[tuple[int, int, float]]:
+    """(start, size, Δlogit) for each batch of 2..rows rows at start = 1, 1+every, … that differs."""
+    model = ctx.model
+    text = "Speculative decoding drafts tokens cheaply and verifies them in one target batch. " * 20
+    tokens = model.tokenize(text, add_special=False)[: last + rows + 1]
+    ctx.clear()
+    ctx.prefill(tokens[:1], 0)
+    ref = {i: ctx.decode([tokens[i]], i, 1)[0] for i in range(1, len(tokens))}
+    bad = []
+    for start in range(1, last, every):
+        ctx.remove_from(start)  # the cache holds single-row decodes before start
+        for size in range(2, rows + 1):
+            out = ctx.decode(tokens[start : start + size], start, size)
+            diff = float(np.abs(out - np.stack([ref[start + j] for j in range(size)])).max())
+            if diff:
+                bad.append((start, size, diff))
+            ctx.remove_from(start)
+        for i in range(start, start + every):
+            ctx.decode([tokens[i]], i, 1)
+    ctx.clear()
+    return bad
+
+
+def _check(path: Path, max_rows: int, cache_dir: Path) -> None:
+    lp = LoadParams(n_ctx=512, n_batch=64, n_ubatch=64, **EXACT)
+    with Model(path, lp) as model:
+        ctx = Context(model, lp)
+        try:
+            inv = probe(ctx, 17)
+            assert cached_probe(ctx, 17, lp, cache_dir) == cached_probe(ctx, 17, lp, cache_dir)
+            rows = min(inv.rows or max_rows, max_rows)
+            bad = _scan(ctx, rows, last=140, every=9)
+        finally:
+            ctx.close()
+    assert not bad, (
+        f"probe said {inv.label()}, but batches differ from single rows at (start, size, Δlogit) {bad[:8]} "
+        f"on {cpu_model()!r} [{system_info()}]"
+    )
+
+
+def test_gemma_probe_holds_at_every_scanned_position(gemma3_270m: Path, cache_dir: Path) -> None:
+    _check(gemma3_270m, 9, cache_dir)
+
+
+def test_default_target_probe_holds_at_every_scanned_position(smollm2_f32: Path, cache_dir: Path) -> None:
+    _check(smollm2_f32, 9, cache_dir)
