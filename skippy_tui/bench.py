@@ -155,16 +155,11 @@ def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunRes
     prev_k = 0
     n_spec = 0  # steps with a proposal (as AcceptanceStats counts them)
     finish = None
-    n_prompt = 0
     draft_prefill_ms = 0.0
     for ev in speculator.run(messages, gen):
         if ev.type == "reply_started":
-            n_prompt = ev.n_prompt
+            draft_prefill_ms = ev.draft_prefill_ms  # the draft's prompt fill, outside generation time
         elif ev.type == "step":
-            if ev.sync.kind == "reset" and ev.sync.end > ev.sync.start:
-                # the draft's first fill: its share of prompt tokens is prefill, not decoding
-                span = ev.sync.end - ev.sync.start
-                draft_prefill_ms += ev.sync_ms * max(min(ev.sync.end, n_prompt) - ev.sync.start, 0) / span
             m = len(ev.proposed)
             ks.append(ev.k)
             n_spec += m > 0
@@ -185,7 +180,7 @@ def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunRes
             finish = ev
     assert finish is not None
     return RunResult(
-        tokens_per_second=decode_rate(finish.n_tokens, finish.generation_ms - draft_prefill_ms),
+        tokens_per_second=decode_rate(finish.n_tokens, finish.generation_ms),
         n_tokens=finish.n_tokens,
         n_steps=finish.n_steps,
         n_drafted=finish.n_drafted,

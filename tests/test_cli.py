@@ -32,7 +32,7 @@ def test_run_streams_the_reply_and_traces_steps() -> None:
     assert r.returncode == 0, r.stderr
     assert "Paris" in r.stdout
     steps = [ln for ln in r.stderr.splitlines() if ln.startswith("step ")]
-    assert steps and "reset 0.." in steps[0]
+    assert steps and "synced" in steps[0]  # the draft was filled with the prompt before step 0
     assert any("✓" in ln for ln in steps)
     assert any("+bonus" in ln or "+correction" in ln for ln in steps)
     assert "acceptance" in r.stderr and "Traceback" not in r.stderr

@@ -78,10 +78,13 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class ReplyStarted(Event):
-    """The prompt was rendered and prefilled into the target; generation begins.
+    """The prompt was rendered and prefilled; generation begins.
 
     ``target_sync``: how the target KV cache was brought to the prompt (a new
     turn is an ``extend``; an edit or regenerate a ``truncate`` or ``reset``).
+    ``draft_sync``: the same for the draft (``none`` without a draft model).
+    Both prefills are timed apart from generation (``prefill_ms``,
+    ``draft_prefill_ms``).
     """
 
     type: ClassVar[str] = "reply_started"
@@ -94,6 +97,8 @@ class ReplyStarted(Event):
     draft_source: str
     n_draft: int | str
     sampling: dict[str, Any] = field(default_factory=dict)
+    draft_sync: SyncInfo = field(default_factory=lambda: SyncInfo("none"))
+    draft_prefill_ms: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .adaptive import AdaptiveK, VerifyCosts
+from .adaptive import AdaptiveK, VerifyCosts, best_k
 from .bounds import validate_prompt_len
 from .chat import ChatTemplate, Message, prompt_tokens
 from .drafters import Drafter, ModelDrafter, Proposal
@@ -84,6 +84,7 @@ class Speculator:
         # k-policy hook: .choose(k_max) -> (k, reason), optional .observe(**step);
         # n_draft = "auto" installs an AdaptiveK per draft source (they share verify costs)
         self.k_policy: object | None = None
+        self.estimator: AdaptiveK | None = None
         self._verify_costs = VerifyCosts()
         self._policies: dict[str, AdaptiveK] = {}
         self._install_policy()
@@ -108,14 +109,37 @@ class Speculator:
         return self.speculation
 
     def _install_policy(self) -> None:
-        """An adaptive policy for the current source when ``n_draft = "auto"``, else none."""
+        """One AdaptiveK per draft source measures every step (the verdict); with
+        ``n_draft = "auto"`` it also chooses k."""
+        key = self.drafter.source if self.drafter is not None else "none"
+        if key not in self._policies:
+            self._policies[key] = AdaptiveK(self._verify_costs)
+        self.estimator = self._policies[key]
         if self.speculation.auto:
-            key = self.drafter.source if self.drafter is not None else "none"
-            if key not in self._policies:
-                self._policies[key] = AdaptiveK(self._verify_costs)
-            self.k_policy = self._policies[key]
+            self.k_policy = self.estimator
         elif isinstance(self.k_policy, AdaptiveK):
             self.k_policy = None
+
+    def seed_verify_costs(self, timings_ms: dict[int, float]) -> None:
+        """First estimates of the target's verify cost by batch size (ms), e.g. from the probe."""
+        for batch, ms in timings_ms.items():
+            self._verify_costs.add(batch, ms)
+
+    def verdict(self) -> float | None:
+        """Estimated tokens/s of the current settings over plain decoding's (e.g. 1.3).
+
+        From the measured costs (draft per call, verify per batch size — seeded
+        by the load-time probe — and acceptance by position); ``None`` until
+        enough is measured or while speculation is off.
+        """
+        if not self.speculation.enabled or self.drafter is None:
+            return None
+        k_max = self.speculation.k_max
+        rates = self.estimator.rates(k_max)
+        if not rates or rates[0] <= 0:
+            return None
+        k = best_k(rates) if self.speculation.auto else k_max
+        return rates[k] / rates[0]
 
     def close(self) -> None:
         """Free both contexts and models (contexts first: they borrow the models)."""
@@ -192,7 +216,13 @@ class Speculator:
                 )
             t0 = time.perf_counter()
             target_sync = self.target_cache.sync(context, cancelled)
-            prefill_ms = (time.perf_counter() - t0) * 1000
+            t1 = time.perf_counter()
+            draft_sync = NO_SYNC
+            if self.speculation.enabled and self.drafter is not None and self.drafter.room(context) > 0:
+                # fill the draft with the prompt now, so prefill never counts as decoding time
+                draft_sync = self.drafter.sync(context)
+            t2 = time.perf_counter()
+            prefill_ms, draft_prefill_ms = (t1 - t0) * 1000, (t2 - t1) * 1000
         except ContextFullError as e:
             yield _failed(str(e), self.n_past, reason="context_full")
             return
@@ -208,6 +238,8 @@ class Speculator:
             n_ctx=self.n_ctx,
             target_sync=target_sync,
             prefill_ms=prefill_ms,
+            draft_sync=draft_sync,
+            draft_prefill_ms=draft_prefill_ms,
             speculative=spec.enabled and self.drafter is not None,
             draft_source=self.drafter.source if self.drafter is not None else "none",
             n_draft=spec.n_draft,
@@ -290,12 +322,13 @@ class Speculator:
                 len(proposal.tokens), n_acc, n_used,
                 step_ms=step_ms, sync_ms=sync_ms, draft_ms=draft_ms, verify_ms=verify_ms,
             )  # fmt: skip
-            observe = getattr(self.k_policy, "observe", None)
-            if observe is not None:
-                observe(
-                    k=k, n_proposed=len(proposal.tokens), n_accepted=n_acc, sync=sync_info,
-                    sync_ms=sync_ms, draft_ms=draft_ms, verify_ms=verify_ms, step_ms=step_ms,
-                )  # fmt: skip
+            for observer in {id(o): o for o in (self.estimator, self.k_policy) if o is not None}.values():
+                observe = getattr(observer, "observe", None)
+                if observe is not None:
+                    observe(
+                        k=k, n_proposed=len(proposal.tokens), n_accepted=n_acc, sync=sync_info,
+                        sync_ms=sync_ms, draft_ms=draft_ms, verify_ms=verify_ms, step_ms=step_ms,
+                    )  # fmt: skip
             text += [s for s, _ in delta]
             yield self._step_event(
                 step, n_past, k, k_reason, sync_info, proposal, n_acc, committed, logits,
