@@ -158,6 +158,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     spec = cfg.engine_spec()
     gen = cfg.generation()
     speculator = load_speculator(spec, _stderr_progress())
+    if args.trace and speculator.invariance is not None:
+        sys.stderr.write(f"verify: {speculator.invariance.label()}\n")
     messages = []
     system = cfg.get("generation", "system_prompt")
     if system:

@@ -335,7 +335,9 @@ class SkippyApp(App[None]):
         title = f"reply {n} of {len(replies)} · {len(steps)} steps"
         started = msg.entry.started
         if started is not None:
-            title += f" · prompt {started.n_prompt} tok · {started.target_sync.label()}"
+            title += f" · prompt {started.n_prompt} tok · target {started.target_sync.label()}"
+            if started.draft_sync.kind != "none":
+                title += f" · draft {started.draft_sync.label()}"
         self.panel.show_reply(title, steps, reply_stats(msg.entry.events))
 
     @on(AssistantMessage.Selected)
@@ -367,6 +369,13 @@ class SkippyApp(App[None]):
             s = spec.speculation
             on_ = s.enabled and spec.drafter is not None
             parts.append(f"spec {'on' if on_ else 'off'}" + (f" k={s.n_draft} p_min={s.p_min:g}" if on_ else ""))
+            verdict = spec.verdict() if on_ else None
+            if verdict is not None:
+                parts.append(f"≈{verdict:.2f}× plain")
+            inv = spec.invariance
+            if on_ and inv is not None:
+                # verify batches longer than inv.rows are split to stay bit-exact
+                parts.append("exact" if inv.rows is None else f"exact ≤{inv.rows} rows")
             parts.append(f"T={self.sampling.temperature:g}")
         else:
             models = self.transcript.models
@@ -462,7 +471,8 @@ class SkippyApp(App[None]):
             self._n_past = ev.n_prompt
             self.panel.set_title(
                 f"reply {len(self.chat.query(AssistantMessage))} · prompt {ev.n_prompt} tok · "
-                f"{ev.target_sync.label()} · prefill {ev.prefill_ms:.0f} ms"
+                f"target {ev.target_sync.label()} · prefill {ev.prefill_ms:.0f} ms"
+                + (f" · draft {ev.draft_sync.label()}" if ev.draft_sync.kind != "none" else "")
             )
             self._update_status()
         elif isinstance(ev, ReplyFinished):
