@@ -187,33 +187,24 @@ def cached_model_info(path: str | Path, cache_dir: Path | None) -> ModelInfo:
     Raises:
         ModelFileError: as :func:`read_model_info`.
     """
-    import json
-    import os
-    import tempfile
+    from .jsoncache import read_entry, write_entry
 
     p = Path(path).expanduser()
     if cache_dir is None or not p.is_file():
         return read_model_info(p)
     entry = cache_dir / f"{_cache_key(p)}.json"
+    data = read_entry(entry)
     try:
-        data = json.loads(entry.read_text("utf-8"))
         data["path"] = Path(data["path"])
         data["shards"] = tuple(Path(s) for s in data["shards"])
         data["tokens"] = tuple(data["tokens"])
         return ModelInfo(**data)
-    except (OSError, ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError):
         pass
     info = read_model_info(p)
     data = {k: getattr(info, k) for k in info.__dataclass_fields__}
     data["path"] = str(info.path)
     data["shards"] = [str(s) for s in info.shards]
     data["tokens"] = list(info.tokens)
-    try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh)
-        os.replace(tmp, entry)
-    except OSError:
-        pass  # a cache we cannot write only costs time
+    write_entry(entry, data)
     return info

@@ -20,9 +20,6 @@ on disk (:func:`cached_probe`).
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,6 +27,7 @@ from statistics import median
 
 import numpy as np
 
+from .jsoncache import read_entry, write_entry
 from .native import Context, LoadParams, system_info
 
 _PROBE_TEXT = "The quick brown fox jumps over the lazy dog, then naps in the warm afternoon sun by the river. "
@@ -147,8 +145,8 @@ def cached_probe(ctx: Context, max_rows: int, params: LoadParams, cache_dir: Pat
                params.device, params.threads, params.threads_batch, ctx.n_ubatch, max_rows)  # fmt: skip
     key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{system_info()}|{cpu_model()}|{numeric}"
     entry = cache_dir / "invariance" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+    data = read_entry(entry)
     try:
-        data = json.loads(entry.read_text("utf-8"))
         return Invariance(
             rows=data["rows"],
             probed=data["probed"],
@@ -156,15 +154,8 @@ def cached_probe(ctx: Context, max_rows: int, params: LoadParams, cache_dir: Pat
             windows=tuple(data["windows"]),
             timings_ms={int(b): float(ms) for b, ms in data["timings_ms"].items()},
         )
-    except (OSError, ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, AttributeError):
         pass
     result = probe(ctx, max_rows)
-    try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=entry.parent, suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(asdict(result), fh)
-        os.replace(tmp, entry)
-    except OSError:
-        pass  # a cache we cannot write only costs time
+    write_entry(entry, asdict(result))
     return result
