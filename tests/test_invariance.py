@@ -63,3 +63,11 @@ def test_gemma_probe_holds_at_every_scanned_position(gemma3_270m: Path, cache_di
 
 def test_default_target_probe_holds_at_every_scanned_position(smollm2_f32: Path, cache_dir: Path) -> None:
     _check(smollm2_f32, 9, cache_dir)
+
+
+def test_probe_size_is_bounded_and_exact_results_still_chunk() -> None:
+    from skippy_tui.engine.invariance import Invariance, probe_rows
+
+    assert [probe_rows(k) for k in (1, 16, 20, 32, 500)] == [17, 17, 21, 33, 33]
+    assert Invariance(None, 33, 0.0).chunk == 33  # n_draft 500 verifies in chunks of 33
+    assert Invariance(7, 17, 1.0).chunk == 7

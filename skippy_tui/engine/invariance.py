@@ -11,8 +11,9 @@ text row by row, then as one batch of every size from 2 up, in two windows
 have grown), and keep the largest size below the first that differs anywhere.
 Sizes are not bisected: nothing promises that exactness is monotone in the
 size. At least 17 rows are probed, so k can be raised to 16 at run time and
-stay exact. Verification then splits a longer batch into chunks of that size
-(an extra decode only when k + 1 exceeds it). The result depends only on the
+stay exact; at most 33, since every size costs a decode. Verification then
+splits a longer batch into chunks of the largest exact size (an extra decode
+only when k + 1 exceeds it). The result depends only on the
 model file, the build, the CPU and the numeric load settings, so it is cached
 on disk (:func:`cached_probe`).
 """
@@ -34,6 +35,7 @@ _PROBE_TEXT = "The quick brown fox jumps over the lazy dog, then naps in the war
 _PREFIX = 4
 _LATE = 60  # the second window starts here and runs past position 64
 MIN_PROBED_ROWS = 17
+MAX_PROBED_ROWS = 33  # every size is probed, so the cost grows with its square
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +57,20 @@ class Invariance:
     windows: tuple[int, ...] = ()
     timings_ms: dict[int, float] = field(default_factory=dict)
 
+    @property
+    def chunk(self) -> int:
+        """The longest verify batch known to be exact: ``rows``, else ``probed``."""
+        return self.rows if self.rows is not None else self.probed
+
     def label(self) -> str:
         if self.rows is None:
             return f"exact (batches ≤ {self.probed} probed)"
         return f"exact in chunks of {self.rows} (Δlogit {self.max_diff:.3g} at {self.rows + 1} rows)"
+
+
+def probe_rows(k_max: int) -> int:
+    """How many rows to probe for a configured k_max: 17 ≤ k_max + 1 ≤ 33."""
+    return min(max(k_max + 1, MIN_PROBED_ROWS), MAX_PROBED_ROWS)
 
 
 def probe(ctx: Context, max_rows: int) -> Invariance:

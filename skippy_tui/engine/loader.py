@@ -18,7 +18,7 @@ from .compat import check_compatible
 from .defaults import default_pair
 from .drafters import ModelDrafter
 from .gguf_info import ModelInfo, cached_model_info
-from .invariance import MIN_PROBED_ROWS, cached_probe
+from .invariance import cached_probe, probe_rows
 from .native import Context, Model
 from .settings import ModelSpec, SpeculationSettings, validate_load_params
 from .speculator import Speculator
@@ -129,12 +129,12 @@ def load_speculator(spec: EngineSpec, progress: Progress = _noop) -> Speculator:
         progress("measuring batch invariance", 0.0)
         try:
             speculator.invariance = cached_probe(
-                t_ctx, max(spec.speculation.k_max + 1, MIN_PROBED_ROWS), spec.target.load, spec.cache_dir
+                t_ctx, probe_rows(spec.speculation.k_max), spec.target.load, spec.cache_dir
             )
         except BaseException:
             speculator.close()
             raise
-        speculator.verify_rows = speculator.invariance.rows
+        speculator.verify_rows = speculator.invariance.chunk
         speculator.seed_verify_costs(speculator.invariance.timings_ms)
     progress("ready", 1.0)
     return speculator
