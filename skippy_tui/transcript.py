@@ -114,14 +114,20 @@ class Transcript:
         """
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise TranscriptError('not a skippy-tui transcript (no "format": "skippy-tui-transcript")')
-        if d.get("format_version", 0) > FORMAT_VERSION:
-            raise TranscriptError(
-                f"transcript format {d['format_version']} is newer than this skippy-tui reads ({FORMAT_VERSION})"
-            )
+        version = d.get("format_version", 0)
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise TranscriptError(f'"format_version" must be a whole number, not {version!r}')
+        if version > FORMAT_VERSION:
+            raise TranscriptError(f"transcript format {version} is newer than this skippy-tui reads ({FORMAT_VERSION})")
+        for key in ("models", "config", "versions"):
+            if not isinstance(d.get(key) or {}, dict):
+                raise TranscriptError(f'"{key}" must be a JSON object, not {type(d[key]).__name__}')
+        if not isinstance(d.get("messages", []), list):
+            raise TranscriptError('"messages" must be a JSON list')
         try:
             entries = [Entry.from_dict(m) for m in d.get("messages", [])]
-        except (KeyError, TypeError, ValueError) as e:
-            raise TranscriptError(f"malformed message in transcript: {e}") from e
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise TranscriptError(f"malformed message in transcript: {type(e).__name__}: {e}") from e
         return cls(
             entries=entries,
             system_prompt=str(d.get("system_prompt", "")),

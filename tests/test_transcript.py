@@ -140,3 +140,19 @@ def test_transcript_and_cli_import_no_ui() -> None:
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"models": "abc"}, '"models" must be a JSON object'),
+        ({"format_version": "x"}, '"format_version" must be a whole number'),
+        ({"messages": "x"}, '"messages" must be a JSON list'),
+        ({"messages": [{"role": "user", "content": "x", "events": [1]}]}, "malformed message"),
+    ],
+)
+def test_a_malformed_transcript_is_one_clear_error(tmp_path: Path, body: dict, says: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"format": "skippy-tui-transcript", **body}), "utf-8")
+    with pytest.raises(TranscriptError, match=says):
+        Transcript.load(path)

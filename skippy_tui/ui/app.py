@@ -732,10 +732,17 @@ class SkippyApp(App[None]):
         except TranscriptError as e:
             self.notify(str(e), title="Cannot open transcript", severity="error", timeout=10)
             return
+        previous = (self.transcript, self.transcript_path)
         self.transcript = transcript
         self.transcript_path = Path(path)
         self._end_edit()
-        await self._show_transcript()
+        try:
+            await self._show_transcript()
+        except Exception as e:  # parsed, but a field holds what no reply can have: keep the chat
+            self.transcript, self.transcript_path = previous
+            await self._show_transcript()
+            self.notify(f"{path}: {type(e).__name__}: {e}", title="Cannot open transcript", severity="error")
+            return
         self._update_status()
         if self.speculator is not None:
             self.notify("Transcript opened: type a message to continue it.", timeout=4)
