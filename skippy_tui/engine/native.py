@@ -8,11 +8,13 @@ captured into a ring buffer (never printed) so errors can quote them.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
+import signal
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +30,44 @@ except ImportError as e:  # pragma: no cover - exercised only on broken installs
 _LOG: deque[str] = deque(maxlen=64)
 _init_lock = threading.Lock()
 _initialised = False
+
+
+@contextlib.contextmanager
+def deferred_sigint(on_interrupt: Callable[[], None]) -> Iterator[None]:
+    """Turn Ctrl+C during a native call into ``on_interrupt()``, then KeyboardInterrupt after it.
+
+    Python runs the SIGINT handler inside whatever ctypes callback the C code
+    calls next (abort, progress), where an exception is printed as "Exception
+    ignored" and swallowed. Here the handler only records the interrupt and
+    asks the native code to stop; KeyboardInterrupt is raised once it has
+    returned. A no-op off the main thread or where SIGINT is not Python's
+    default handler (the Textual app reads Ctrl+C as a key).
+
+    Raises:
+        KeyboardInterrupt: Ctrl+C arrived while the block ran.
+    """
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    hit: list[bool] = []
+
+    def handler(_signum: int, _frame: object) -> None:
+        hit.append(True)
+        on_interrupt()
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    except BaseException:
+        if hit:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if hit:
+        raise KeyboardInterrupt
 
 
 @_L.llama_log_callback
@@ -217,10 +257,13 @@ class Model:
             mp.devices = ctypes.cast(devices, ctypes.c_void_p)
 
         cb_ref = None
+        interrupted: list[bool] = []
         if progress is not None:
 
             @_L.llama_progress_callback
             def _cb(frac: float, _u: ctypes.c_void_p) -> bool:  # pragma: no cover - native callback
+                if interrupted:
+                    return False  # Ctrl+C: stop loading; raised once the load returns
                 try:
                     return bool(progress(float(frac)))
                 except Exception:
@@ -229,8 +272,13 @@ class Model:
             cb_ref = _cb
             mp.progress_callback = cb_ref
         _LOG.clear()
-        ptr = _L.llama_model_load_from_file(str(path).encode(), mp)
-        del cb_ref, devices
+        try:
+            with deferred_sigint(lambda: interrupted.append(True)):
+                ptr = _L.llama_model_load_from_file(str(path).encode(), mp)
+                if interrupted and ptr:
+                    _L.llama_model_free(ptr)
+        finally:
+            del cb_ref, devices
         if not ptr:
             raise ModelFileError(f"llama.cpp could not load {path}: {recent_log() or 'no details'}")
         self.ptr = ptr
@@ -400,10 +448,11 @@ class Context:
         for i in range(self.n_batch):
             b.seq_id[i][0] = 0
         self._abort = False
+        self._sigint = False  # Ctrl+C during this decode (see deferred_sigint)
 
         @_L.ggml_abort_callback
         def _abort_cb(_data: ctypes.c_void_p) -> bool:  # pragma: no cover - native callback
-            return self._abort
+            return self._abort or self._sigint
 
         self._abort_cb = _abort_cb
         _L.llama_set_abort_callback(ptr, _abort_cb, None)
@@ -422,17 +471,24 @@ class Context:
         if n_logits:
             self._logits_flag[n - n_logits : n] = 1
         self._batch.n_tokens = n
-        rc = _L.llama_decode(self.ptr, self._batch)
-        if rc != 0:
-            # drop whatever ubatches were applied, so the cache matches the bookkeeping
-            _L.llama_memory_seq_rm(self.mem, 0, pos0, -1)
-            if rc == 1:
-                raise ContextFullError(
-                    f"{self.model.path.name}: no KV slot for {n} tokens at position {pos0} (n_ctx {self.n_ctx})"
-                )
-            if rc == 2:
-                raise DecodeError("decode aborted")
-            raise DecodeError(f"llama_decode failed with code {rc}: {recent_log() or 'no details'}")
+        try:
+            with deferred_sigint(self._stop_for_sigint):
+                rc = _L.llama_decode(self.ptr, self._batch)
+                if rc != 0:
+                    # drop whatever ubatches were applied, so the cache matches the bookkeeping
+                    _L.llama_memory_seq_rm(self.mem, 0, pos0, -1)
+                    if rc == 1:
+                        raise ContextFullError(
+                            f"{self.model.path.name}: no KV slot for {n} tokens at position {pos0} (n_ctx {self.n_ctx})"
+                        )
+                    if rc == 2:
+                        raise DecodeError("decode aborted")
+                    raise DecodeError(f"llama_decode failed with code {rc}: {recent_log() or 'no details'}")
+        finally:
+            self._sigint = False
+
+    def _stop_for_sigint(self) -> None:
+        self._sigint = True
 
     def decode(self, tokens: Sequence[int], pos0: int, n_logits: int = 1) -> np.ndarray:
         """Decode ``tokens`` at positions ``pos0..``; return logits of the last ``n_logits``.
