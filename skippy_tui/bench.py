@@ -596,9 +596,14 @@ DEFAULT_BENCH_TOKENS = 128
 def cmd_bench(args: argparse.Namespace) -> int:
     from .cli import _stderr_progress, config_from_args
     from .engine.loader import load_speculator
+    from .transcript import atomic_write_text
 
     if args.repeats < 1:
         sys.stderr.write("skippy-tui: error: --repeats must be >= 1\n")
+        return 2
+    if args.save is not None and not (args.save.parent.is_dir() and os.access(args.save.parent, os.W_OK)):
+        # checked first: a bench takes minutes and its figures must not be lost at the end
+        sys.stderr.write(f"skippy-tui: error: --save {args.save}: no writable folder {args.save.parent}\n")
         return 2
     cfg = config_from_args(args)
     if "generation.max_tokens" not in cfg.present:
@@ -644,12 +649,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
         }
     finally:
         speculator.close()
-    if args.save is not None:
-        args.save.write_text(json.dumps(report, indent=2) + "\n", "utf-8")
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
         sys.stdout.write(render_text(report) + "\n")
+    if args.save is not None:
+        try:
+            atomic_write_text(args.save, json.dumps(report, indent=2) + "\n")
+        except OSError as e:
+            sys.stderr.write(f"skippy-tui: error: cannot write {args.save}: {e.strerror or e}\n")
+            return 1
     return 0
 
 

@@ -94,6 +94,15 @@ _FLAG_KEYS = {
 }
 
 
+def _text(arg: str) -> str:
+    """A command-line string as valid UTF-8: bytes that are not become U+FFFD.
+
+    Python keeps undecodable argv bytes as lone surrogates, which no encoder
+    (and no tokenizer) accepts.
+    """
+    return arg.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
     """The config file with the command line's flags on top.
 
@@ -106,7 +115,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         if value is not None:
             cfg.set(section, key, str(value) if isinstance(value, Path) else value)
     if getattr(args, "stop", None):
-        cfg.set("generation", "stop", list(args.stop))
+        cfg.set("generation", "stop", [_text(x) for x in args.stop])
     if getattr(args, "no_draft", False):
         cfg.set("draft", "enabled", False)
     return cfg
@@ -153,17 +162,21 @@ def trace_line(ev: Any) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     from .engine.loader import load_speculator
 
-    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    prompt = sys.stdin.buffer.read().decode("utf-8", "replace") if args.prompt == "-" else _text(args.prompt)
+    if not prompt.strip():
+        sys.stderr.write("skippy-tui: error: the prompt is empty\n")
+        return EXIT_USAGE
     cfg = config_from_args(args)
     spec = cfg.engine_spec()
     gen = cfg.generation()
     speculator = load_speculator(spec, _stderr_progress())
+    n_ctx = speculator.n_ctx
     if args.trace and speculator.invariance is not None:
         sys.stderr.write(f"verify: {speculator.invariance.label()}\n")
     messages = []
     system = cfg.get("generation", "system_prompt")
     if system:
-        messages.append({"role": "system", "content": system})
+        messages.append({"role": "system", "content": _text(system)})
     messages.append({"role": "user", "content": prompt})
     cancel = threading.Event()
     finish = None
@@ -199,8 +212,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if finish.reason == "error":
         sys.stderr.write(f"skippy-tui: error: {finish.error}\n")
         return EXIT_FAILED
-    if finish.reason == "context_full" and finish.error:
-        sys.stderr.write(f"skippy-tui: {finish.error}\n")
+    if finish.reason == "context_full":
+        # a reply cut short is still a reply; a prompt that never fit is an error
+        why = finish.error or f"the context window ({n_ctx} tokens) is full"
+        sys.stderr.write(f"skippy-tui: {'error: ' if finish.n_tokens == 0 else 'stopped: '}{why}\n")
+        return EXIT_FAILED if finish.n_tokens == 0 else 0
     return 0
 
 

@@ -101,3 +101,46 @@ def test_prompt_from_stdin_and_stop_string() -> None:
     r = cli("run", "-", "--stop", "Paris", "--max-tokens", "24", stdin="What is the capital of France?")
     assert r.returncode == 0, r.stderr
     assert "Paris" not in r.stdout and "capital" in r.stdout
+
+
+def test_bad_prompts_are_clear_errors_or_repaired(tmp_path: Path) -> None:
+    empty = cli("run", "   ")
+    assert empty.returncode == 2 and "the prompt is empty" in empty.stderr
+    # bytes that are not UTF-8 become U+FFFD instead of a UnicodeEncodeError traceback
+    bad = subprocess.run(
+        [sys.executable, "-m", "skippy_tui", "run", "-", "--max-tokens", "3", "--no-draft"],
+        input=b"Hi \xff", capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert bad.returncode == 0 and b"Traceback" not in bad.stderr
+    long = cli("run", "Tell me about the history of the world. " * 60, "--n-ctx", "64", "--no-draft")
+    assert long.returncode == 1 and "context window holds 256" in long.stderr and "Traceback" not in long.stderr
+
+
+def test_a_chat_template_that_is_no_template_is_refused_at_load(tmp_path: Path) -> None:
+    for value, says in (("nosuchtemplate", "neither a built-in name"), ("{{ nope", "chat template failed")):
+        cfg = tmp_path / "c.toml"
+        cfg.write_text(f'[target]\nchat_template = "{value}"\n', "utf-8")
+        r = cli("run", "Hi", "--config", str(cfg), "--no-draft")
+        assert r.returncode == 1 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_bench_save_into_a_missing_folder_fails_before_benchmarking(tmp_path: Path) -> None:
+    r = cli("bench", "--save", str(tmp_path / "no" / "x.json"), "--repeats", "1")
+    assert r.returncode == 2 and "no writable folder" in r.stderr
+    assert "loading" not in r.stderr  # refused before any model was loaded
+
+
+def test_ctrl_c_mid_reply_exits_130_without_a_traceback() -> None:
+    import signal
+
+    p = subprocess.Popen(
+        [sys.executable, "-m", "skippy_tui", "run", "Write a long essay about dogs.", "--max-tokens", "2000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a shell's background job ignores it
+    )  # fmt: skip
+    assert p.stdout is not None
+    p.stdout.read(1)  # the reply has started
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert b"Traceback" not in err and b"Exception ignored" not in err

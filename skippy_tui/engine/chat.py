@@ -54,13 +54,13 @@ class ChatTemplate:
         if self.jinja is not None:
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-            fmt = Jinja2ChatFormatter(
-                template=self.jinja,
-                eos_token=self.eos_text,
-                bos_token=self.bos_text,
-                add_generation_prompt=add_generation_prompt,
-            )
             try:
+                fmt = Jinja2ChatFormatter(
+                    template=self.jinja,
+                    eos_token=self.eos_text,
+                    bos_token=self.bos_text,
+                    add_generation_prompt=add_generation_prompt,
+                )
                 return fmt(messages=[dict(m) for m in messages]).prompt
             except Exception as e:  # jinja raises many types; all mean "bad template/input"
                 raise SkippyError(f"chat template failed to render: {e}") from e
@@ -89,13 +89,25 @@ def _apply_builtin(name: str, messages: Sequence[Message], add_ass: bool) -> str
 
 
 def template_for(model: Model, gguf_template: str | None, architecture: str, override: str | None) -> ChatTemplate:
-    """Pick the template: configured override, else the GGUF's, else a built-in."""
+    """Pick the template: configured override, else the GGUF's, else a built-in.
+
+    Raises:
+        SkippyError: an override that is neither a built-in name nor a Jinja
+            template that renders a one-message chat.
+    """
     bos = model.token_text(model.bos) if model.bos >= 0 else ""
     eos = model.token_text(model.eos) if model.eos >= 0 else ""
     if override:
         if override in _BUILTIN_NAMES:
             return ChatTemplate(None, override, bos, eos)
-        return ChatTemplate(override, None, bos, eos)
+        if "{{" not in override and "{%" not in override:
+            raise SkippyError(
+                f"chat_template {override!r} is neither a built-in name ({', '.join(sorted(_BUILTIN_NAMES))}) "
+                "nor a Jinja template"
+            )
+        template = ChatTemplate(override, None, bos, eos)
+        template.render([{"role": "user", "content": "hi"}])  # fail at load, not at the first message
+        return template
     if gguf_template:
         return ChatTemplate(gguf_template, None, bos, eos)
     return ChatTemplate(None, _BUILTIN_BY_ARCH.get(architecture, "chatml"), bos, eos)

@@ -29,7 +29,7 @@ from dataclasses import replace
 import numpy as np
 
 from .adaptive import AdaptiveK, VerifyCosts, best_k
-from .bounds import validate_prompt_len
+from .bounds import ContextCapacity, validate_capacity, validate_prompt_len
 from .chat import ChatTemplate, Message, prompt_tokens
 from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import BoundsError, ContextFullError, SkippyError
@@ -99,6 +99,14 @@ class Speculator:
             BoundsError: a value is out of bounds; nothing changes.
         """
         new = replace(self.speculation, **changes)  # type: ignore[arg-type]
+        if new.k_max > self.speculation.k_max:  # a verify batch of k + 1 rows must fit both contexts
+            t = self.target_cache.ctx
+            d = getattr(self.model_drafter, "cache", None)
+            validate_capacity(
+                ContextCapacity("target", t.n_batch, t.n_ubatch),
+                ContextCapacity("draft", d.ctx.n_batch, d.ctx.n_ubatch) if d is not None else None,
+                new.k_max,
+            )
         if new.source != self.speculation.source:
             drafter = build_drafter(new.source, self.model_drafter, self._ngram)
             if drafter is None:
