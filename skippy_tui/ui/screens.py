@@ -280,6 +280,8 @@ class OpenTranscriptScreen(ModalScreen["Path | None"]):
         self.folder = folder
         found = folder.glob("*.json") if folder.is_dir() else []
         self.files = sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+        # focus the list (or the path field), not the scroll area around the list
+        self.AUTO_FOCUS = "#files" if self.files else "#path"
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog") as v:

@@ -290,3 +290,28 @@ def test_cli_replay_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["replay", str(tmp_path / "missing.json")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("skippy-tui: error: transcript not found") and err.count("\n") == 1
+
+
+def test_open_transcript_dialog_types_a_path_and_survives_a_malformed_file(tmp_path: Path) -> None:
+    from textual.widgets import Input
+
+    from skippy_tui.ui.screens import OpenTranscriptScreen
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "skippy-tui-transcript", "models": "abc"}', "utf-8")
+
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=SIZE) as pilot:
+            n = len(app.transcript.entries)
+            for path in (bad, CHAT_JSON):
+                app.action_open_transcript()
+                await wait_for_screen(pilot, app, OpenTranscriptScreen, 5)
+                assert isinstance(app.focused, Input)  # typing goes straight into the path field
+                await pilot.press(*str(path), "enter")
+                await pilot.pause(0.2)
+                # the malformed file is refused and replaces nothing; the good one opens
+                assert app.is_running and app.transcript_path == CHAT_JSON
+                assert len(app.transcript.entries) == n
+
+    run(body())
