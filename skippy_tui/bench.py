@@ -595,8 +595,8 @@ DEFAULT_BENCH_TOKENS = 128
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from .cli import _stderr_progress, config_from_args
+    from .engine.jsoncache import atomic_write_text
     from .engine.loader import load_speculator
-    from .transcript import atomic_write_text
 
     if args.repeats < 1:
         sys.stderr.write("skippy-tui: error: --repeats must be >= 1\n")

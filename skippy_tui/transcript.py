@@ -12,9 +12,7 @@ and tests all use this module.
 from __future__ import annotations
 
 import json
-import os
 import platform
-import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
@@ -23,6 +21,7 @@ from typing import Any
 
 from .engine.errors import SkippyError
 from .engine.events import Event, ReplyFinished, ReplyStarted, StepVerified, TextSpan, event_from_dict
+from .engine.jsoncache import atomic_write_text
 from .engine.stats import AcceptanceStats
 
 FORMAT = "skippy-tui-transcript"
@@ -249,30 +248,6 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             pass
     return out
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` so a reader sees the old file or the new, never half.
-
-    Raises:
-        OSError: the folder is not writable.
-    """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    # not mkstemp: its 0600 would stick; 0666 minus the umask is what a plain open() gives
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def new_transcript_path(folder: Path) -> Path:

@@ -170,13 +170,6 @@ def read_model_info(path: str | Path) -> ModelInfo:
     )
 
 
-def _cache_key(p: Path) -> str:
-    import hashlib
-
-    st = p.stat()
-    return hashlib.sha256(f"{p.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:32]
-
-
 def cached_model_info(path: str | Path, cache_dir: Path | None) -> ModelInfo:
     """:func:`read_model_info`, memoised on disk by (path, size, mtime).
 
@@ -187,12 +180,12 @@ def cached_model_info(path: str | Path, cache_dir: Path | None) -> ModelInfo:
     Raises:
         ModelFileError: as :func:`read_model_info`.
     """
-    from .jsoncache import read_entry, write_entry
+    from .jsoncache import file_key, read_entry, write_entry
 
     p = Path(path).expanduser()
     if cache_dir is None or not p.is_file():
         return read_model_info(p)
-    entry = cache_dir / f"{_cache_key(p)}.json"
+    entry = cache_dir / f"{file_key(p)}.json"
     data = read_entry(entry)
     try:
         data["path"] = Path(data["path"])

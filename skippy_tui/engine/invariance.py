@@ -20,7 +20,6 @@ on disk (:func:`cached_probe`).
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,7 +27,7 @@ from statistics import median
 
 import numpy as np
 
-from .jsoncache import read_entry, write_entry
+from .jsoncache import file_key, read_entry, write_entry
 from .native import Context, LoadParams, system_info
 
 _PROBE_TEXT = "The quick brown fox jumps over the lazy dog, then naps in the warm afternoon sun by the river. "
@@ -152,11 +151,9 @@ def cached_probe(ctx: Context, max_rows: int, params: LoadParams, cache_dir: Pat
     path = ctx.model.path
     if cache_dir is None or not path.is_file():
         return probe(ctx, max_rows)
-    st = path.stat()
     numeric = (params.flash_attn, params.repack, params.cache_type_k, params.cache_type_v, params.n_gpu_layers,
                params.device, params.threads, params.threads_batch, ctx.n_ubatch, max_rows)  # fmt: skip
-    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{system_info()}|{cpu_model()}|{numeric}"
-    entry = cache_dir / "invariance" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+    entry = cache_dir / "invariance" / f"{file_key(path, system_info(), cpu_model(), numeric)}.json"
     data = read_entry(entry)
     try:
         return Invariance(

@@ -1,13 +1,48 @@
-"""Small JSON memo files under the cache dir (GGUF headers, probe results)."""
+"""Files written whole or not at all, and small JSON memo files under the cache dir.
+
+One atomic writer serves transcripts, UI state, bench reports and the caches
+(GGUF headers, probe results); :func:`file_key` is the one identity of a model
+file that cache entries are keyed by.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` so a reader sees the old file or the new, never half.
+
+    Raises:
+        OSError: the folder is missing or not writable (no temp file is left).
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    # not mkstemp: its 0600 would stick; 0666 minus the umask is what a plain open() gives
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def file_key(path: Path, *extra: object) -> str:
+    """A cache key for ``path`` as it is now (resolved path, size, mtime) plus ``extra``: 32 hex chars."""
+    st = path.stat()
+    parts = [str(path.resolve()), str(st.st_size), str(st.st_mtime_ns), *map(str, extra)]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
 def read_entry(path: Path) -> Any | None:
@@ -19,19 +54,11 @@ def read_entry(path: Path) -> Any | None:
 
 
 def write_entry(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON atomically (temp file + rename); failures are ignored.
+    """Write ``data`` as JSON atomically; failures are ignored.
 
     A cache entry we cannot write only costs time on the next start; a
     half-written one is never left behind.
     """
-    tmp = None
-    try:
+    with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh)
-        os.replace(tmp, path)
-    except OSError:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+        atomic_write_text(path, json.dumps(data))

@@ -171,11 +171,6 @@ def system_info() -> str:
     return _L.llama_print_system_info().decode("utf-8", "replace").strip()
 
 
-def batch_invariant_build() -> bool:
-    """True when this llama.cpp build has no llamafile sgemm (built with -DGGML_LLAMAFILE=OFF)."""
-    return "LLAMAFILE = 1" not in system_info()
-
-
 @functools.cache
 def backend_name() -> str:
     """``CPU``, ``CUDA``, ``Metal``, ``Vulkan``… — the first non-CPU device's backend, else CPU."""
