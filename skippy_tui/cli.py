@@ -171,8 +171,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     gen = cfg.generation()
     speculator = load_speculator(spec, _stderr_progress())
     n_ctx = speculator.n_ctx
-    if args.trace and speculator.invariance is not None:
-        sys.stderr.write(f"verify: {speculator.invariance.label()}\n")
+    inv = speculator.invariance
+    if inv is not None and (args.trace or (inv.note and speculator.speculation.enabled)):
+        sys.stderr.write(f"verify: {inv.label()}\n")
     messages = []
     system = cfg.get("generation", "system_prompt")
     if system:

@@ -19,6 +19,14 @@ CACHE = ROOT / ".cache" / "test"
 os.environ.setdefault("SKIPPY_TUI_CACHE_DIR", str(CACHE))
 
 
+def pytest_report_header() -> list[str]:
+    """The llama.cpp build under test: with ``LLAMAFILE = 1`` verification goes row by row."""
+    from skippy_tui.engine.invariance import cpu_model
+    from skippy_tui.engine.native import system_info
+
+    return [f"llama.cpp: {system_info()}", f"cpu: {cpu_model()}"]
+
+
 @pytest.fixture(autouse=True)
 def _isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Point the user config and data dirs at a temporary place for every test."""

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from helpers import EXACT
 
-from skippy_tui.engine.invariance import cached_probe, cpu_model, probe
+from skippy_tui.engine.invariance import cached_probe, cpu_model, probe, variant_build
 from skippy_tui.engine.native import Context, LoadParams, Model, system_info
 
 
@@ -21,7 +21,7 @@ def _scan(ctx: Context, rows: int, last: int, every: int) -> list[tuple[int, int
     """(start, size, Δlogit) for each batch of 2..rows rows at start = 1, 1+every, … that differs."""
     model = ctx.model
     text = "Speculative decoding drafts tokens cheaply and verifies them in one target batch. " * 20
-    tokens = model.tokenize(text, add_special=False)[: last + rows + 1]
+    tokens = model.tokenize(text, add_special=False)[: last + every + rows + 1]
     ctx.clear()
     ctx.prefill(tokens[:1], 0)
     ref = {i: ctx.decode([tokens[i]], i, 1)[0] for i in range(1, len(tokens))}
@@ -45,9 +45,11 @@ def _check(path: Path, max_rows: int, cache_dir: Path) -> None:
     with Model(path, lp) as model:
         ctx = Context(model, lp)
         try:
-            inv = probe(ctx, 17)
-            assert cached_probe(ctx, 17, lp, cache_dir) == cached_probe(ctx, 17, lp, cache_dir)
-            rows = min(inv.rows or max_rows, max_rows)
+            inv = cached_probe(ctx, 17, lp, cache_dir)
+            assert inv == cached_probe(ctx, 17, lp, cache_dir)  # the second comes from disk
+            if not inv.note:
+                assert inv.rows == probe(ctx, 17).rows
+            rows = min(inv.rows or max_rows, max_rows)  # 1 (a LLAMAFILE build): nothing to scan
             bad = _scan(ctx, rows, last=140, every=9)
         finally:
             ctx.close()
@@ -71,3 +73,12 @@ def test_probe_size_is_bounded_and_exact_results_still_chunk() -> None:
     assert [probe_rows(k) for k in (1, 16, 20, 32, 500)] == [17, 17, 21, 33, 33]
     assert Invariance(None, 33, 0.0).chunk == 33  # n_draft 500 verifies in chunks of 33
     assert Invariance(7, 17, 1.0).chunk == 7
+
+
+def test_a_llamafile_cpu_build_verifies_row_by_row_without_probing() -> None:
+    lp = LoadParams(n_gpu_layers=0)
+    flags = "CPU : AVX2 = 1 | LLAMAFILE = {} | OPENMP = 1 |"
+    note = variant_build(lp, 30, flags.format(1))
+    assert "LLAMAFILE" in note and "-DGGML_LLAMAFILE=OFF" in note and "exact = false" in note
+    assert variant_build(lp, 30, flags.format(0)) == ""
+    assert variant_build(lp, 30, "CPU : AVX2 = 1 |") == ""

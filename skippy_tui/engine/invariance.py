@@ -16,6 +16,11 @@ splits a longer batch into chunks of the largest exact size (an extra decode
 only when k + 1 exceeds it). The result depends only on the
 model file, the build, the CPU and the numeric load settings, so it is cached
 on disk (:func:`cached_probe`).
+
+One kind of build is known without probing: llama.cpp's default CPU build
+uses llamafile's sgemm for batches, and there rows differ from single-row
+decodes at many positions, even in batches of 2, so no window could certify
+a size. Such a build verifies row by row (:func:`variant_build`).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from statistics import median
 import numpy as np
 
 from .jsoncache import file_key, read_entry, write_entry
-from .native import Context, LoadParams, system_info
+from .native import Context, LoadParams, backend_name, system_info
 
 _PROBE_TEXT = "The quick brown fox jumps over the lazy dog, then naps in the warm afternoon sun by the river. "
 _PREFIX = 4
@@ -55,6 +60,7 @@ class Invariance:
     max_diff: float
     windows: tuple[int, ...] = ()
     timings_ms: dict[int, float] = field(default_factory=dict)
+    note: str = ""  # why rows is 1 without a probe (see variant_build)
 
     @property
     def chunk(self) -> int:
@@ -62,6 +68,8 @@ class Invariance:
         return self.rows if self.rows is not None else self.probed
 
     def label(self) -> str:
+        if self.note:
+            return f"exact row by row: {self.note}"
         if self.rows is None:
             return f"exact (batches ≤ {self.probed} probed)"
         return f"exact in chunks of {self.rows} (Δlogit {self.max_diff:.3g} at {self.rows + 1} rows)"
@@ -140,14 +148,38 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def variant_build(params: LoadParams, n_layer: int, info: str | None = None) -> str:
+    """Why this build cannot verify batches exactly on ``params``' device, or ``""``.
+
+    ``info``: llama.cpp's system_info line (read when ``None``). LLAMAFILE
+    sgemm matters only where some layers run on the CPU.
+    """
+    info = system_info() if info is None else info
+    if "LLAMAFILE = 1" not in info:
+        return ""
+    offloaded = (params.n_gpu_layers < 0 or params.n_gpu_layers > n_layer) and (params.device or "").upper() != "CPU"
+    if offloaded and backend_name() != "CPU":
+        return ""
+    return (
+        "this llama.cpp was built with LLAMAFILE sgemm, whose batched rows differ from single rows; "
+        'reinstall llama-cpp-python with CMAKE_ARGS="-DGGML_LLAMAFILE=OFF" pip install --no-cache-dir '
+        "--force-reinstall llama-cpp-python, or set exact = false to verify in one batch"
+    )
+
+
 def cached_probe(ctx: Context, max_rows: int, params: LoadParams, cache_dir: Path | None) -> Invariance:
     """:func:`probe`, memoised on disk by (model file, build, CPU, numeric load settings).
 
     A missing or unreadable entry is simply measured again; writes are atomic.
+    A build known to be batch-variant (:func:`variant_build`) is not probed:
+    the result is ``rows=1`` with the reason in ``note``.
 
     Raises:
         DecodeError, ContextFullError: as :func:`probe`.
     """
+    note = variant_build(params, ctx.model.n_layer)
+    if note:
+        return Invariance(1, 0, 0.0, note=note)
     path = ctx.model.path
     if cache_dir is None or not path.is_file():
         return probe(ctx, max_rows)

@@ -273,6 +273,9 @@ class SkippyApp(App[None]):
                 self.owns_speculator = True
                 self._loaded(worker.result)
                 self.notify("Models loaded. Type a message and press Enter.", timeout=4)
+                inv = worker.result.invariance
+                if inv is not None and inv.note and worker.result.drafter is not None:
+                    self.notify(inv.note, title="Verification is row by row", severity="warning", timeout=15)
             elif state in (WorkerState.ERROR, WorkerState.CANCELLED):
                 self.loading = False
                 self.query_one("#loading").display = False
@@ -375,7 +378,8 @@ class SkippyApp(App[None]):
             inv = spec.invariance
             if on_ and inv is not None:
                 # verify batches longer than inv.rows are split to stay bit-exact
-                parts.append("exact" if inv.rows is None else f"exact ≤{inv.rows} rows")
+                rows = "" if inv.rows is None else " row by row" if inv.rows == 1 else f" ≤{inv.rows} rows"
+                parts.append("exact" + rows)
             parts.append(f"T={self.sampling.temperature:g}")
         else:
             models = self.transcript.models
