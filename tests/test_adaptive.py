@@ -156,6 +156,17 @@ def test_chooser_reprobes_and_backs_off():
     assert gaps and max(gaps) == 32 and gaps[0] <= 16
 
 
+def test_chooser_keeps_probing_a_close_call():
+    """Plain wins by only a few percent: a noisy verdict, so probes stay every probe_every steps."""
+    policy = AdaptiveK(probe_every=8, probe_max=64)
+    chosen = feed(policy, 200, 4, verify=lambda b: 30.0 + 2.0 * (b - 1), draft_ms=22.0, accepted=lambda k: k)
+    rates = policy.last_rates
+    assert rates[0] == max(rates) and max(rates[1:]) >= 0.9 * rates[0], rates
+    probes = [i for i, k in enumerate(chosen[10:]) if k > 0]
+    gaps = [b - a for a, b in itertools.pairwise(probes)]
+    assert len(gaps) > 10 and max(gaps[3:]) <= 9, gaps  # the first, before acceptance is known, may back off
+
+
 def test_chooser_respects_k_max_and_warms_up():
     policy = AdaptiveK()
     assert policy.choose(3) == (0, "auto: measuring plain step")

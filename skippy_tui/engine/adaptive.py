@@ -33,7 +33,8 @@ position, conditional). Counts decay geometrically so they follow the current
 text; an unmeasured position borrows the estimate of the one before it.
 
 The chosen k maximises ``E(k) / T(k)``. Every ``probe_every`` steps (the gap
-doubling up to ``probe_max`` while the verdict — speculate or not — holds) one
+doubling up to ``probe_max`` while the verdict — speculate or not — holds and
+the alternative is expected to be clearly worse, < ``CLOSE`` of the best) one
 step probes an alternative instead: the best speculative k when plain decoding wins (so the
 policy notices when speculation starts to pay), otherwise alternately plain
 decoding and ``best + 1``.
@@ -53,6 +54,9 @@ from statistics import median
 
 WINDOW = 9
 """Recent measurements kept per cost (their median is the estimate)."""
+
+CLOSE = 0.9
+"""A probed alternative expected within this fraction of the best keeps probes frequent."""
 
 
 class Recent:
@@ -376,12 +380,15 @@ class AdaptiveK:
         self._since_probe += 1
         if self._since_probe >= self._interval and k_max >= 1:
             self._since_probe = 0
-            self._interval = min(self._interval * 2, self.probe_max)
             if best == 0:
                 probe = best_k(rates[1:]) + 1
             else:
                 self._probe_toggle = not self._probe_toggle
                 probe = 0 if self._probe_toggle or best == k_max else best + 1
+            # back off only from clearly worse alternatives: near break-even the
+            # estimates are noisy and a wrong verdict costs more than a probe step
+            close = rates[probe] >= CLOSE * rates[best]
+            self._interval = self.probe_every if close else min(self._interval * 2, self.probe_max)
             return probe, f"auto: probe k={probe} est {rates[probe]:.1f} tok/s (best k={best} {rates[best]:.1f})"
         return best, f"auto: k={best} est {rates[best]:.1f} tok/s (" + _alternatives(rates, best) + ")"
 
