@@ -575,7 +575,7 @@ def _prompt_list(text: str) -> tuple[str, ...]:
 def add_bench_parser(sub: Any, add_model_flags: Callable[..., None]) -> argparse.ArgumentParser:
     """Register ``skippy-tui bench`` on the CLI's subparsers."""
     b = sub.add_parser("bench", help="measure plain vs speculative decoding on a fixed prompt suite")
-    b.add_argument("--repeats", type=int, default=3, metavar="N", help="runs per prompt and method (median)")
+    b.add_argument("--repeats", type=int, default=5, metavar="N", help="runs per prompt and method (median; default 5)")
     b.add_argument("--k", type=_int_list, default=DEFAULT_KS, metavar="K,K", help="fixed k values (default 1,2,4,8)")
     b.add_argument(
         "--prompts", type=_prompt_list, default=None, metavar="NAMES", help="subset of the suite, by name or kind"
