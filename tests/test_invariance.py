@@ -82,3 +82,28 @@ def test_a_llamafile_cpu_build_verifies_row_by_row_without_probing() -> None:
     assert "LLAMAFILE" in note and "-DGGML_LLAMAFILE=OFF" in note and "exact = false" in note
     assert variant_build(lp, 30, flags.format(0)) == ""
     assert variant_build(lp, 30, "CPU : AVX2 = 1 |") == ""
+
+
+def test_a_llamafile_build_loads_verifying_row_by_row_and_stays_exact(
+    gemma3_270m: Path, cache_dir: Path, monkeypatch
+) -> None:
+    """The real pair, with system_info reporting a LLAMAFILE build: no probe, rows = 1, still exact."""
+    from helpers import Run, load, user
+
+    import skippy_tui.engine.invariance as inv_mod
+    from skippy_tui.engine.sampling import SamplingParams
+    from skippy_tui.engine.settings import GenerationSettings
+
+    monkeypatch.setattr(inv_mod, "system_info", lambda: system_info() + " LLAMAFILE = 1 |")
+    monkeypatch.setattr(inv_mod, "probe", lambda *a: (_ for _ in ()).throw(AssertionError("probed")))
+    gen = GenerationSettings(SamplingParams(temperature=0.0), max_tokens=24)
+    prompt = user("Explain in two sentences why the sky is blue.")
+    spec = load(gemma3_270m, gemma3_270m, cache_dir, n_draft=3)
+    try:
+        assert spec.invariance is not None and spec.invariance.rows == 1 and spec.verify_rows == 1
+        assert "LLAMAFILE" in spec.invariance.label() and "row by row" in spec.invariance.label()
+        ids = Run(spec.run(prompt, gen)).finish.token_ids
+        spec.update(enabled=False)
+        assert Run(spec.run(prompt, gen)).finish.token_ids == ids
+    finally:
+        spec.close()

@@ -25,6 +25,7 @@ a size. Such a build verifies row by row (:func:`variant_build`).
 
 from __future__ import annotations
 
+import importlib.metadata
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -160,10 +161,14 @@ def variant_build(params: LoadParams, n_layer: int, info: str | None = None) -> 
     offloaded = (params.n_gpu_layers < 0 or params.n_gpu_layers > n_layer) and (params.device or "").upper() != "CPU"
     if offloaded and backend_name() != "CPU":
         return ""
+    try:
+        pin = "==" + importlib.metadata.version("llama-cpp-python")
+    except importlib.metadata.PackageNotFoundError:
+        pin = ""
     return (
         "this llama.cpp was built with LLAMAFILE sgemm, whose batched rows differ from single rows; "
-        'reinstall llama-cpp-python with CMAKE_ARGS="-DGGML_LLAMAFILE=OFF" pip install --no-cache-dir '
-        "--force-reinstall llama-cpp-python, or set exact = false to verify in one batch"
+        'reinstall it with CMAKE_ARGS="-DGGML_LLAMAFILE=OFF" pip install --no-cache-dir --force-reinstall '
+        f"llama-cpp-python{pin}, or set exact = false to verify in one batch"
     )
 
 
