@@ -150,9 +150,9 @@ def trace_line(ev: Any) -> str:
         mark = "✓" if i < ev.n_accepted else "✗"
         marks.append(f"{t.text!r}{mark}")
     proposal = "[" + " ".join(marks) + "]" if marks else "[]"
-    commit = f"{ev.commit_kind} {ev.committed.text!r}" if ev.committed else ev.commit_kind
+    commit = f"+{ev.commit_kind} {ev.committed.text!r}" if ev.committed else "(reply ended)"
     return (
-        f"step {ev.index:4d}  {ev.sync.label():<16} k={ev.k} {proposal} +{commit}  "
+        f"step {ev.index:4d}  {ev.sync.label():<16} k={ev.k} {proposal} {commit}  "
         f"n_past {ev.n_past_before}->{ev.n_past_after}  "
         f"sync {ev.sync_ms:.1f}ms draft {ev.draft_ms:.1f}ms verify {ev.verify_ms:.1f}ms"
         + (f"  ({ev.k_reason})" if ev.k_reason and ev.k_reason != "fixed" else "")

@@ -255,6 +255,12 @@ def test_eos_inside_an_accepted_block_ends_the_reply_there(spec: Speculator, pla
         ids = [t.id for t in last.proposed]
         # the EOS was proposed and accepted, with more proposed tokens after it in the block
         assert eos in ids[: last.n_accepted] and ids.index(eos) < len(ids) - 1
+        # the reply ended before the target's own token: none is reported as committed
+        assert last.committed is None and last.commit_kind == "none"
+        from skippy_tui.cli import trace_line
+        from skippy_tui.engine.events import event_from_dict
+
+        assert "(reply ended)" in trace_line(last) and event_from_dict(last.to_dict()) == last
         assert eos not in run.finish.token_ids
         assert spec.n_past == run.started.n_prompt - 1 + run.finish.n_tokens
     finally:

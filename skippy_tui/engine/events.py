@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 
 FinishReason = Literal["eos", "stop", "max_tokens", "context_full", "cancelled", "error"]
 Origin = Literal["draft", "target"]
-CommitKind = Literal["bonus", "correction", "plain"]
+CommitKind = Literal["bonus", "correction", "plain", "none"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +108,9 @@ class StepVerified(Event):
     ``proposed`` holds the draft's tokens (``prob`` = draft probability);
     the first ``n_accepted`` were accepted. ``committed`` is the target's token
     after them: a ``correction`` at the first mismatch, a ``bonus`` after a fully
-    accepted proposal, ``plain`` for a step with no proposal. ``target_top`` and
+    accepted proposal, ``plain`` for a step with no proposal; ``None`` (kind
+    ``none``) when the reply ended (EOS, stop, max tokens) inside the accepted
+    drafts, before the target's token. ``target_top`` and
     ``draft_top`` are the top-k at the first rejected position (empty when all
     were accepted). ``n_past_before``/``n_past_after``: tokens in the target KV
     cache. ``delta``: the text this step released to the stream (it may lag the

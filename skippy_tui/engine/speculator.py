@@ -302,8 +302,9 @@ class Speculator:
             new_tokens = [*proposal.tokens[:n_acc], committed]
             origins = ["draft"] * n_acc + ["target"]
             delta: list[tuple[str, str]] = []
-            n_used = 0
-            for tok, origin in zip(new_tokens, origins):
+            n_used, ended_at = 0, len(new_tokens)  # ended_at: index of the token that ended the reply
+            for i, (tok, origin) in enumerate(zip(new_tokens, origins)):
+                ended_at = i
                 if self.target.is_eog(tok):
                     reason = "eos"
                     break
@@ -320,6 +321,8 @@ class Speculator:
                 if len(token_ids) >= gen.max_tokens:
                     reason = "max_tokens"
                     break
+            else:
+                ended_at = len(new_tokens)
             try:
                 # drop rejected (and post-stop) positions now: the cache holds only committed tokens
                 self.target_cache.sync(context)
@@ -338,9 +341,10 @@ class Speculator:
                         sync_ms=sync_ms, draft_ms=draft_ms, verify_ms=verify_ms, step_ms=step_ms,
                     )  # fmt: skip
             text += [s for s, _ in delta]
+            # a reply that ended inside the accepted drafts never reached the target's token
             yield self._step_event(
-                step, n_past, k, k_reason, sync_info, proposal, n_acc, committed, logits,
-                sync_ms, draft_ms, verify_ms, delta,
+                step, n_past, k, k_reason, sync_info, proposal, n_acc, committed if ended_at >= n_acc else None,
+                logits, sync_ms, draft_ms, verify_ms, delta,
             )  # fmt: skip
             step += 1
 
@@ -432,6 +436,8 @@ class Speculator:
                     TokenInfo(i, tt(i), p) for i, p in top_k_list(softmax(proposal.rows[n_acc]), TOP_K_SHOWN)
                 )
         kind = "plain" if not proposal.tokens else ("bonus" if n_acc == len(proposal.tokens) else "correction")
+        if committed is None:
+            kind = "none"
         return StepVerified(
             index=step,
             n_past_before=n_past,
@@ -440,7 +446,7 @@ class Speculator:
             sync=sync_info,
             proposed=proposed,
             n_accepted=n_acc,
-            committed=TokenInfo(committed, tt(committed)),
+            committed=TokenInfo(committed, tt(committed)) if committed is not None else None,
             commit_kind=kind,  # type: ignore[arg-type]
             target_top=target_top,
             draft_top=draft_top,

@@ -53,6 +53,8 @@ def proposal_cell(step: StepVerified, accepted: Style | str, rejected: Style | s
 def commit_cell(step: StepVerified, bonus: Style | str, correction: Style | str, plain: Style | str = "") -> Text:
     """``+tok`` for the target's token, styled by kind (bonus/correction/plain)."""
     style = {"bonus": bonus, "correction": correction}.get(step.commit_kind, plain)
+    if step.committed is None:
+        return Text("(reply ended)", style="dim")
     return Text("+", style=style) + token_text(step.committed, style)
 
 

@@ -39,6 +39,8 @@ def test_commit_cell_styles_by_kind() -> None:
     assert commit_cell(_step(1), "b", "c").plain == "+·cat"
     assert {str(s.style) for s in commit_cell(_step(3, "bonus"), "b", "c").spans} == {"b"}
     assert {str(s.style) for s in commit_cell(_step(1), "b", "c").spans} == {"c"}
+    ended = dataclasses.replace(_step(3, "none"), committed=None)
+    assert commit_cell(ended, "b", "c").plain == "(reply ended)" and ended.n_committed == 3
 
 
 def test_bar_has_eighth_resolution_and_fixed_width() -> None:
