@@ -90,6 +90,9 @@ def test_verify_costs_interpolate_and_extrapolate():
     v.add(1, 10.0)
     assert v.at(1) == pytest.approx(10.0)
     assert v.at(5) == pytest.approx(10.0 * (1 + 0.1 * 4))  # prior slope
+    row_by_row = VerifyCosts(prior_slope=1.0)
+    row_by_row.add(4, 400.0)
+    assert row_by_row.at(1) == pytest.approx(100.0) and row_by_row.at(2) == pytest.approx(200.0)
     v.add(5, 18.0)
     assert v.at(3) == pytest.approx(14.0)
     assert v.at(9) == pytest.approx(26.0)  # slope of the last two

@@ -103,6 +103,8 @@ def test_a_llamafile_build_loads_verifying_row_by_row_and_stays_exact(
         assert spec.invariance is not None and spec.invariance.rows == 1 and spec.verify_rows == 1
         assert "LLAMAFILE" in spec.invariance.label() and "row by row" in spec.invariance.label()
         ids = Run(spec.run(prompt, gen)).finish.token_ids
+        verdict = spec.verdict()  # a draft as costly as the target, and k + 1 single-row verifies
+        assert verdict is not None and verdict < 1.0, verdict
         spec.update(enabled=False)
         assert Run(spec.run(prompt, gen)).finish.token_ids == ids
     finally:

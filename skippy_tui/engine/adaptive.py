@@ -109,9 +109,10 @@ class VerifyCosts:
         if not pts:
             return None
         if len(pts) == 1:
+            # V(b) = c * (1 + prior_slope * (b - 1)) through the one measured point
             b0, v0 = pts[0]
-            slope = self.prior_slope * v0 / (1 + self.prior_slope * (b0 - 1))
-            return max(v0 + slope * (batch - b0), 0.5 * v0)
+            c = v0 / (1 + self.prior_slope * (b0 - 1))
+            return c * (1 + self.prior_slope * (max(batch, 1.0) - 1))
         for (b0, v0), (b1, v1) in pairwise(pts):
             if b0 <= batch <= b1:
                 return v0 + (v1 - v0) * (batch - b0) / (b1 - b0)

@@ -128,8 +128,14 @@ class Speculator:
         elif isinstance(self.k_policy, AdaptiveK):
             self.k_policy = None
 
-    def seed_verify_costs(self, timings_ms: dict[int, float]) -> None:
-        """First estimates of the target's verify cost by batch size (ms), e.g. from the probe."""
+    def seed_verify_costs(self, timings_ms: dict[int, float], row_by_row: bool = False) -> None:
+        """First estimates of the target's verify cost by batch size (ms), e.g. from the probe.
+
+        ``row_by_row``: verification decodes one row at a time, so until more is
+        measured each extra row is assumed to cost a whole single-row decode.
+        """
+        if row_by_row:
+            self._verify_costs.prior_slope = 1.0
         for batch, ms in timings_ms.items():
             self._verify_costs.add(batch, ms)
 

@@ -384,7 +384,7 @@ class SkippyApp(App[None]):
             inv = spec.invariance
             if on_ and inv is not None:
                 # verify batches longer than inv.rows are split to stay bit-exact
-                rows = "" if inv.rows is None else " row by row" if inv.rows == 1 else f" ≤{inv.rows} rows"
+                rows = "" if inv.rows is None else " ≤1 row" if inv.rows == 1 else f" ≤{inv.rows} rows"
                 parts.append("exact" + rows)
             parts.append(f"T={self.sampling.temperature:g}")
         else:
