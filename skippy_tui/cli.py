@@ -18,6 +18,7 @@ from typing import Any
 from . import __version__
 from .config import Config, ConfigError, config_path, load_config
 from .engine.errors import SkippyError
+from .transcript import count
 
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
@@ -206,7 +207,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         out.write(finish.tail + "\n")
     if args.trace or args.stats:
         sys.stderr.write(
-            f"[{finish.reason}] {finish.n_tokens} tokens in {finish.n_steps} steps, "
+            f"[{finish.reason}] {count(finish.n_tokens, 'token')} in {count(finish.n_steps, 'step')}, "
             f"{finish.tokens_per_second:.1f} tok/s, acceptance {finish.acceptance_rate:.1%}, "
             f"mean accepted length {finish.mean_accepted_length:.2f}\n"
         )

@@ -200,9 +200,14 @@ class Transcript:
             raise TranscriptError(f"{path}: {e}") from e
 
 
+def count(n: int, noun: str) -> str:
+    """``1 step``, ``2 steps``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def reply_summary(fin: ReplyFinished) -> str:
     """One line of per-reply stats (Markdown transcript, chat pane)."""
-    parts = [f"{fin.n_tokens} tokens", f"{fin.n_steps} steps"]
+    parts = [count(fin.n_tokens, "token"), count(fin.n_steps, "step")]
     if fin.n_drafted:
         parts += [f"acceptance {fin.acceptance_rate:.1%}", f"mean accepted length {fin.mean_accepted_length:.2f}"]
     parts += [f"{fin.tokens_per_second:.1f} tok/s", f"finished: {fin.reason}"]

@@ -156,3 +156,9 @@ def test_a_malformed_transcript_is_one_clear_error(tmp_path: Path, body: dict, s
     path.write_text(json.dumps({"format": "skippy-tui-transcript", **body}), "utf-8")
     with pytest.raises(TranscriptError, match=says):
         Transcript.load(path)
+
+
+def test_counts_are_singular_for_one() -> None:
+    from skippy_tui.transcript import count
+
+    assert [count(n, "step") for n in (0, 1, 2)] == ["0 steps", "1 step", "2 steps"]

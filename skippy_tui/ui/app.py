@@ -34,7 +34,7 @@ from ..engine.events import ReplyFinished, ReplyStarted, StepVerified
 from ..engine.sampling import SamplingParams
 from ..engine.settings import GenerationSettings
 from ..engine.stats import AcceptanceStats
-from ..transcript import Entry, Transcript, TranscriptError, new_transcript_path, reply_stats, versions
+from ..transcript import Entry, Transcript, TranscriptError, count, new_transcript_path, reply_stats, versions
 from .chat import AssistantMessage, ChatView, MessageWidget, SystemNote, UserMessage, Welcome
 from .commands import SkippyCommands
 from .messages import EngineEvent, LoadProgress
@@ -341,7 +341,7 @@ class SkippyApp(App[None]):
             r.set_class(r is msg, "-shown")
         self._shown = msg
         steps = msg.entry.steps
-        title = f"reply {n} of {len(replies)} · {len(steps)} steps"
+        title = f"reply {n} of {len(replies)} · {count(len(steps), 'step')}"
         started = msg.entry.started
         if started is not None:
             title += f" · prompt {started.n_prompt} tok · target {started.target_sync.label()}"
