@@ -95,6 +95,14 @@ _FLAG_KEYS = {
 }
 
 
+def _flag_for(args: argparse.Namespace, message: str) -> str:
+    """The command-line flag (e.g. ``--n-draft``) whose value a config error names, or ``""``."""
+    for attr, (section, key) in _FLAG_KEYS.items():
+        if getattr(args, attr, None) is not None and message.startswith((f"{key} =", f"{section}.{key} =")):
+            return "--" + attr.replace("_", "-")
+    return ""
+
+
 def _text(arg: str) -> str:
     """A command-line string as valid UTF-8: bytes that are not become U+FFFD.
 
@@ -272,7 +280,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_app(args)
         return func(args)
     except ConfigError as e:
-        sys.stderr.write(f"skippy-tui: config error: {e}\n")
+        flag = _flag_for(args, str(e))
+        sys.stderr.write(f"skippy-tui: error: {flag}: {e}\n" if flag else f"skippy-tui: config error: {e}\n")
         return EXIT_USAGE
     except SkippyError as e:
         sys.stderr.write(f"skippy-tui: error: {e}\n")
