@@ -95,14 +95,6 @@ _FLAG_KEYS = {
 }
 
 
-def _flag_for(args: argparse.Namespace, message: str) -> str:
-    """The command-line flag (e.g. ``--n-draft``) whose value a config error names, or ``""``."""
-    for attr, (section, key) in _FLAG_KEYS.items():
-        if getattr(args, attr, None) is not None and message.startswith((f"{key} =", f"{section}.{key} =")):
-            return "--" + attr.replace("_", "-")
-    return ""
-
-
 def _text(arg: str) -> str:
     """A command-line string as valid UTF-8: bytes that are not become U+FFFD.
 
@@ -122,11 +114,11 @@ def config_from_args(args: argparse.Namespace) -> Config:
     for attr, (section, key) in _FLAG_KEYS.items():
         value = getattr(args, attr, None)
         if value is not None:
-            cfg.set(section, key, str(value) if isinstance(value, Path) else value)
+            cfg.set(section, key, str(value) if isinstance(value, Path) else value, "--" + attr.replace("_", "-"))
     if getattr(args, "stop", None):
-        cfg.set("generation", "stop", [_text(x) for x in args.stop])
+        cfg.set("generation", "stop", [_text(x) for x in args.stop], "--stop")
     if getattr(args, "no_draft", False):
-        cfg.set("draft", "enabled", False)
+        cfg.set("draft", "enabled", False, "--no-draft")
     return cfg
 
 
@@ -280,8 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_app(args)
         return func(args)
     except ConfigError as e:
-        flag = _flag_for(args, str(e))
-        sys.stderr.write(f"skippy-tui: error: {flag}: {e}\n" if flag else f"skippy-tui: config error: {e}\n")
+        sys.stderr.write(f"skippy-tui: {'error' if e.origin else 'config error'}: {e}\n")
         return EXIT_USAGE
     except SkippyError as e:
         sys.stderr.write(f"skippy-tui: error: {e}\n")

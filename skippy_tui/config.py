@@ -35,7 +35,15 @@ speculation, and on it ``auto`` would mostly choose plain decoding."""
 
 
 class ConfigError(SkippyError):
-    """The config file is unreadable, not TOML, or holds a bad key or value."""
+    """The config file is unreadable, not TOML, or holds a bad key or value.
+
+    ``origin``: the command-line flag the bad value came from (e.g.
+    ``"--n-draft"``), empty when it came from the file.
+    """
+
+    def __init__(self, message: str, origin: str = "") -> None:
+        super().__init__(message)
+        self.origin = origin
 
 
 def config_path() -> Path:
@@ -95,13 +103,25 @@ class Config:
     values: dict[str, dict[str, Any]] = field(default_factory=lambda: {s: dict(v) for s, v in SCHEMA.items()})
     source: Path | None = None
     present: set[str] = field(default_factory=set)
+    origins: dict[str, str] = field(default_factory=dict)  # "section.key" -> the flag that set it
 
     def get(self, section: str, key: str) -> Any:
         return self.values[section][key]
 
-    def set(self, section: str, key: str, value: Any) -> None:
-        """Override one key (CLI flags), checked like a file value."""
-        self.values[section][key] = _check_value(self.source, section, key, value)
+    def set(self, section: str, key: str, value: Any, origin: str = "") -> None:
+        """Override one key, checked like a file value; ``origin`` names the CLI flag it came from.
+
+        Raises:
+            ConfigError: a value of the wrong type (naming ``origin``, else the file).
+        """
+        if origin:
+            try:
+                self.values[section][key] = _check_value(None, section, key, value)
+            except ConfigError as e:
+                raise ConfigError(f"{origin}: {e}", origin) from e
+            self.origins[f"{section}.{key}"] = origin
+        else:
+            self.values[section][key] = _check_value(self.source, section, key, value)
         self.present.add(f"{section}.{key}")
 
     # -- turning it into engine settings -----------------------------------------
@@ -162,22 +182,25 @@ class Config:
             return GenerationSettings(sampling, g["max_tokens"], tuple(g["stop"]))
 
     def _located(self) -> _Locate:
-        return _Locate(self.source)
+        return _Locate(self.source, self.origins)
 
 
 class _Locate:
-    """Re-raise a BoundsError as a ConfigError that names the file."""
+    """Re-raise a BoundsError as a ConfigError that names the flag or the file the value came from."""
 
-    def __init__(self, source: Path | None) -> None:
+    def __init__(self, source: Path | None, origins: dict[str, str]) -> None:
         self.source = source
+        self.origins = origins
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, et: Any, e: Any, tb: Any) -> None:
         if isinstance(e, BoundsError):
-            where = f"{self.source}: " if self.source else ""
-            raise ConfigError(f"{where}{e}") from e
+            # bounds name model keys "target.n_ctx" and the others bare ("n_draft")
+            origin = next((o for k, o in self.origins.items() if e.key in (k, k.split(".", 1)[1])), "")
+            where = f"{origin}: " if origin else f"{self.source}: " if self.source else ""
+            raise ConfigError(f"{where}{e}", origin) from e
 
 
 def _check_value(source: Path | None, section: str, key: str, value: Any) -> Any:

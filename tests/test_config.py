@@ -84,3 +84,19 @@ def test_the_draft_inherits_target_keys_unless_set(tmp_path: Path) -> None:
     assert (d.n_ctx, d.mlock, d.threads, d.cache_type_k) == (2048, True, 1, "q8_0")
     assert spec.target.load.cache_type_k == "f16"
     assert spec.speculation.n_draft == "auto"  # configured pairs default to adaptive k
+
+
+def test_a_bad_flag_value_is_blamed_on_the_flag_not_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text("[speculation]\np_min = 0.2\n", encoding="utf-8")
+    cfg = load_config(path)
+    cfg.set("speculation", "n_draft", 0, "--n-draft")
+    with pytest.raises(ConfigError, match=r"^--n-draft: n_draft = 0 is out of bounds") as e:
+        cfg.engine_spec()
+    assert e.value.origin == "--n-draft" and str(path) not in str(e.value)
+    with pytest.raises(ConfigError, match=r"^--max-tokens: \[generation\] max_tokens = 'x'") as e:
+        cfg.set("generation", "max_tokens", "x", "--max-tokens")
+    path.write_text("[speculation]\nn_draft = 0\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=re.escape(f"{path}: n_draft = 0")) as e:
+        load_config(path).engine_spec()
+    assert e.value.origin == ""
