@@ -135,7 +135,7 @@ def load_speculator(spec: EngineSpec, progress: Progress = _noop) -> Speculator:
             speculator.close()
             raise
         speculator.verify_rows = speculator.invariance.chunk
-        speculator.seed_verify_costs(speculator.invariance.timings_ms, row_by_row=speculator.verify_rows == 1)
+        speculator.seed_verify_costs(speculator.invariance.timings_ms)
     progress("ready", 1.0)
     return speculator
 

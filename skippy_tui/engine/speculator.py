@@ -128,13 +128,13 @@ class Speculator:
         elif isinstance(self.k_policy, AdaptiveK):
             self.k_policy = None
 
-    def seed_verify_costs(self, timings_ms: dict[int, float], row_by_row: bool = False) -> None:
+    def seed_verify_costs(self, timings_ms: dict[int, float]) -> None:
         """First estimates of the target's verify cost by batch size (ms), e.g. from the probe.
 
-        ``row_by_row``: verification decodes one row at a time, so until more is
-        measured each extra row is assumed to cost a whole single-row decode.
+        Set :attr:`verify_rows` first: verifying row by row (1), each extra row
+        is assumed to cost a whole single-row decode until more is measured.
         """
-        if row_by_row:
+        if self.verify_rows == 1:
             self._verify_costs.prior_slope = 1.0
         for batch, ms in timings_ms.items():
             self._verify_costs.add(batch, ms)
@@ -308,9 +308,8 @@ class Speculator:
             new_tokens = [*proposal.tokens[:n_acc], committed]
             origins = ["draft"] * n_acc + ["target"]
             delta: list[tuple[str, str]] = []
-            n_used, ended_at = 0, len(new_tokens)  # ended_at: index of the token that ended the reply
-            for i, (tok, origin) in enumerate(zip(new_tokens, origins)):
-                ended_at = i
+            n_used = 0
+            for tok, origin in zip(new_tokens, origins):
                 if self.target.is_eog(tok):
                     reason = "eos"
                     break
@@ -327,8 +326,9 @@ class Speculator:
                 if len(token_ids) >= gen.max_tokens:
                     reason = "max_tokens"
                     break
-            else:
-                ended_at = len(new_tokens)
+            # tokens looked at: the used ones and an EOS; a reply that ended inside the
+            # accepted drafts never reached the target's own token
+            reached = n_used + (reason == "eos") > n_acc
             try:
                 # drop rejected (and post-stop) positions now: the cache holds only committed tokens
                 self.target_cache.sync(context)
@@ -347,9 +347,8 @@ class Speculator:
                         sync_ms=sync_ms, draft_ms=draft_ms, verify_ms=verify_ms, step_ms=step_ms,
                     )  # fmt: skip
             text += [s for s, _ in delta]
-            # a reply that ended inside the accepted drafts never reached the target's token
             yield self._step_event(
-                step, n_past, k, k_reason, sync_info, proposal, n_acc, committed if ended_at >= n_acc else None,
+                step, n_past, k, k_reason, sync_info, proposal, n_acc, committed if reached else None,
                 logits, sync_ms, draft_ms, verify_ms, delta,
             )  # fmt: skip
             step += 1

@@ -493,29 +493,23 @@ class SkippyApp(App[None]):
         """Apply queued steps in one batch (20 Hz timer, and before a reply ends)."""
         if self._current is None or self._current_entry is None:
             return
-        if not self._pending:
-            if final or (self._panel_pending and time.monotonic() - self._panel_at >= 1 / PANEL_HZ):
-                self._flush_panel()
-            return
-        steps, self._pending = self._pending, []
-        self._current_entry.events.extend(steps)
-        for st in steps:
-            self._live_stats.add_step(
-                len(st.proposed), st.n_accepted, st.n_committed,
-                step_ms=st.sync_ms + st.draft_ms + st.verify_ms,
-            )  # fmt: skip
-        self._n_past = steps[-1].n_past_after
-        await self._current.append([s for st in steps for s in st.delta])
-        self._panel_pending += steps
-        if final or time.monotonic() - self._panel_at >= 1 / PANEL_HZ:
-            self._flush_panel()
-        self._update_status()
-
-    def _flush_panel(self) -> None:
-        steps, self._panel_pending = self._panel_pending, []
-        self._panel_at = time.monotonic()
-        if steps and self._shown is self._current:
-            self.panel.add_steps(steps, self._live_stats)
+        if self._pending:
+            steps, self._pending = self._pending, []
+            self._current_entry.events.extend(steps)
+            for st in steps:
+                self._live_stats.add_step(
+                    len(st.proposed), st.n_accepted, st.n_committed,
+                    step_ms=st.sync_ms + st.draft_ms + st.verify_ms,
+                )  # fmt: skip
+            self._n_past = steps[-1].n_past_after
+            await self._current.append([s for st in steps for s in st.delta])
+            self._panel_pending += steps
+            self._update_status()
+        if self._panel_pending and (final or time.monotonic() - self._panel_at >= 1 / PANEL_HZ):
+            steps, self._panel_pending = self._panel_pending, []
+            self._panel_at = time.monotonic()
+            if self._shown is self._current:
+                self.panel.add_steps(steps, self._live_stats)
 
     async def _finish_reply(self, fin: ReplyFinished) -> None:
         msg, entry = self._current, self._current_entry
