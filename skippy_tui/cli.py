@@ -42,6 +42,10 @@ def _n_draft(text: str) -> int | str:
     return "auto" if text == "auto" else _positive_int(text)
 
 
+def _seed(text: str) -> int | str:
+    return "random" if text == "random" else _positive_int(text)
+
+
 def add_model_flags(p: argparse.ArgumentParser, sub: bool = False) -> None:
     """Flags shared by every command that loads models (they override the config).
 
@@ -69,7 +73,15 @@ def add_model_flags(p: argparse.ArgumentParser, sub: bool = False) -> None:
     s.add_argument("--top-k", type=_positive_int, metavar="K")
     s.add_argument("--top-p", type=_float, metavar="P")
     s.add_argument("--min-p", type=_float, metavar="P")
-    s.add_argument("--seed", type=_positive_int, metavar="S")
+    s.add_argument("--seed", type=_seed, metavar="S", help='random seed, or "random" (a new one per reply)')
+    s.add_argument(
+        "--sampler", choices=("coupled", "rejection"),
+        help="speculative sampling: coupled (= plain sampling with the same seed) or rejection",
+    )  # fmt: skip
+    s.add_argument("--repeat-penalty", type=_float, metavar="P", help="1.0 = off")
+    s.add_argument("--repeat-last-n", type=_positive_int, metavar="N", help="tokens the penalties look back (-1 = all)")
+    s.add_argument("--presence-penalty", type=_float, metavar="P", help="0.0 = off")
+    s.add_argument("--frequency-penalty", type=_float, metavar="P", help="0.0 = off")
     s.add_argument("--max-tokens", type=_positive_int, metavar="N", help="reply length cap")
     s.add_argument("--stop", action="append", metavar="STR", help="stop string (repeatable)")
     s.add_argument("--system", metavar="TEXT", help="system prompt")
@@ -90,6 +102,11 @@ _FLAG_KEYS = {
     "top_p": ("sampling", "top_p"),
     "min_p": ("sampling", "min_p"),
     "seed": ("sampling", "seed"),
+    "sampler": ("sampling", "sampler"),
+    "repeat_penalty": ("sampling", "repeat_penalty"),
+    "repeat_last_n": ("sampling", "repeat_last_n"),
+    "presence_penalty": ("sampling", "presence_penalty"),
+    "frequency_penalty": ("sampling", "frequency_penalty"),
     "max_tokens": ("generation", "max_tokens"),
     "system": ("generation", "system_prompt"),
 }

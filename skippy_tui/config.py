@@ -81,10 +81,25 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "source": "model",
         "exact": True,
     },
-    "sampling": {"temperature": 0.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "seed": 0},
+    "sampling": {
+        "temperature": 0.0,
+        "top_k": 40,
+        "top_p": 0.95,
+        "min_p": 0.05,
+        "seed": "random",
+        "sampler": "coupled",
+        "repeat_penalty": 1.0,
+        "repeat_last_n": 64,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+    },
     "generation": {"max_tokens": 512, "stop": [], "system_prompt": ""},
     "ui": {"theme": "skippy-dark", "color_origin": False, "autosave": False, "transcript_dir": ""},
 }
+
+
+_INT_OR_WORD = {("speculation", "n_draft"): "auto", ("sampling", "seed"): "random"}
+"""Keys that take an integer or one word."""
 
 
 def _type_name(v: Any) -> str:
@@ -177,7 +192,12 @@ class Config:
                 top_k=s["top_k"],
                 top_p=float(s["top_p"]),
                 min_p=float(s["min_p"]),
-                seed=s["seed"],
+                seed=None if s["seed"] == "random" else s["seed"],
+                sampler=s["sampler"],
+                repeat_penalty=float(s["repeat_penalty"]),
+                repeat_last_n=s["repeat_last_n"],
+                presence_penalty=float(s["presence_penalty"]),
+                frequency_penalty=float(s["frequency_penalty"]),
             )
             return GenerationSettings(sampling, g["max_tokens"], tuple(g["stop"]))
 
@@ -213,14 +233,14 @@ def _check_value(source: Path | None, section: str, key: str, value: Any) -> Any
     ok = isinstance(value, type(default)) and not (isinstance(value, bool) and not isinstance(default, bool))
     if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
         ok, value = True, float(value)
-    if section == "speculation" and key == "n_draft":
-        ok = value == "auto" or (isinstance(value, int) and not isinstance(value, bool))
+    if (section, key) in _INT_OR_WORD:
+        ok = value == _INT_OR_WORD[section, key] or (isinstance(value, int) and not isinstance(value, bool))
     if isinstance(default, list) and ok and not all(isinstance(x, str) for x in value):
         ok = False
     if not ok:
         allowed = _type_name(default)
-        if section == "speculation" and key == "n_draft":
-            allowed = 'an integer or "auto"'
+        if (section, key) in _INT_OR_WORD:
+            allowed = f'an integer or "{_INT_OR_WORD[section, key]}"'
         raise ConfigError(f"{where}[{section}] {key} = {value!r} is not allowed: expected {allowed}")
     return value
 

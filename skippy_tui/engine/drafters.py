@@ -18,7 +18,8 @@ import numpy as np
 from .events import SyncInfo
 from .kvcache import KvCache
 from .native import Context, Model
-from .sampling import top_prob
+from .sampling import Candidates
+from .verify import GREEDY_DRAFT, DraftRule, ReplySampler
 
 
 @dataclass(frozen=True)
@@ -29,12 +30,15 @@ class Proposal:
     position ``i``; it may hold one row more than ``tokens`` when drafting
     stopped on ``p_min``. Empty rows for sources without a distribution, whose
     ``probs`` are ``None``. ``source``: what proposed it (``model``/``ngram``).
+    ``dists``: the draft's filtered distribution per token when the verifier
+    needs it (rejection sampling), else empty.
     """
 
     tokens: tuple[int, ...] = ()
     probs: tuple[float | None, ...] = ()
     rows: tuple[np.ndarray, ...] = field(default=(), repr=False)
     source: str = ""
+    dists: tuple[Candidates | None, ...] = field(default=(), repr=False)
 
 
 class Drafter(Protocol):
@@ -50,8 +54,8 @@ class Drafter(Protocol):
         """Prepare to propose after ``context`` (the draft cache holds ``context[:-1]``)."""
         ...
 
-    def propose(self, context: Sequence[int], k: int, p_min: float) -> Proposal:
-        """Up to ``k`` tokens that may follow ``context``."""
+    def propose(self, context: Sequence[int], k: int, p_min: float, rule: DraftRule | None = None) -> Proposal:
+        """Up to ``k`` tokens that may follow ``context``, picked by ``rule`` (default greedy)."""
         ...
 
     def reset(self) -> None:
@@ -75,29 +79,34 @@ class ModelDrafter:
     def sync(self, context: Sequence[int]) -> SyncInfo:
         return self.cache.sync(context)
 
-    def propose(self, context: Sequence[int], k: int, p_min: float) -> Proposal:
-        """Greedy proposal of up to ``k`` tokens after ``context``; call :meth:`sync` first.
+    def propose(self, context: Sequence[int], k: int, p_min: float, rule: DraftRule | None = None) -> Proposal:
+        """Up to ``k`` tokens after ``context``, each picked by ``rule`` (default: greedy,
+        no penalties); call :meth:`sync` first.
 
         Raises:
             ContextFullError, DecodeError: a draft decode failed; the steps
                 before it stay recorded, the failed one is not.
         """
+        if rule is None:
+            rule = ReplySampler(GREEDY_DRAFT, 0).draft_rule(len(context))
         pos = self.cache.n_past
         current = context[-1]
         tokens: list[int] = []
         probs: list[float] = []
         rows: list[np.ndarray] = []
+        dists: list[Candidates | None] = []
         for i in range(k):
             logits = self.cache.ctx.decode([current], pos + i, 1)[0]
             self.cache.state.record_proposal_step(current)
             rows.append(logits)
-            tid, p = top_prob(logits)
+            tid, p, dist = rule.choose(logits)
             if p < p_min:
                 break
             tokens.append(tid)
             probs.append(p)
+            dists.append(dist)
             current = tid
-        return Proposal(tuple(tokens), tuple(probs), tuple(rows), self.source)
+        return Proposal(tuple(tokens), tuple(probs), tuple(rows), self.source, tuple(dists))
 
     def reset(self) -> None:
         self.cache.reset()

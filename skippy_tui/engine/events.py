@@ -84,7 +84,9 @@ class ReplyStarted(Event):
     turn is an ``extend``; an edit or regenerate a ``truncate`` or ``reset``).
     ``draft_sync``: the same for the draft (``none`` without a draft model).
     Both prefills are timed apart from generation (``prefill_ms``,
-    ``draft_prefill_ms``).
+    ``draft_prefill_ms``). ``sampling``: the settings the reply starts with —
+    temperature, top_k, top_p, min_p, the penalties, ``sampler``, ``seed`` (the
+    resolved seed) and ``seed_fixed`` (False when it was drawn for this reply).
     """
 
     type: ClassVar[str] = "reply_started"
@@ -118,7 +120,12 @@ class StepVerified(Event):
     ``k_reason``: why this k (for ``n_draft = "auto"``, the expected tokens/s of
     the alternatives). ``draft_source``: what proposed (``model``/``ngram``;
     empty for a step without a proposal). An n-gram proposal's ``prob`` is
-    ``None`` and its ``sync`` is what the n-gram index took in.
+    ``None`` and its ``sync`` is what the n-gram index took in. A proposed
+    token's ``prob`` is the draft's probability under the distribution it
+    picked from (its raw softmax when greedy). ``p_target``: at the first
+    rejection, the target's probability of the rejected token, likewise (None
+    when nothing was rejected). ``sampling``: the sampling settings from this
+    step on, when they changed during the reply (F3), else None.
     """
 
     type: ClassVar[str] = "step"
@@ -139,6 +146,8 @@ class StepVerified(Event):
     delta: tuple[TextSpan, ...]
     k_reason: str = ""
     draft_source: str = ""
+    p_target: float | None = None
+    sampling: dict[str, Any] | None = None
 
     @property
     def text(self) -> str:
@@ -162,6 +171,7 @@ class ReplyFinished(Event):
     tokens / generation time, prefill excluded. ``tail``: text released only at
     the end (held back as a possible stop-string start); the stream plus
     ``tail`` equals ``text``. ``n_past``: tokens in the target KV cache.
+    ``seed``: the reply's random seed (``--seed`` with it reproduces the reply).
     """
 
     type: ClassVar[str] = "finish"
@@ -181,6 +191,7 @@ class ReplyFinished(Event):
     n_past: int
     tail: str = ""
     error: str = ""
+    seed: int | None = None
 
 
 EVENT_TYPES: dict[str, type[Event]] = {c.type: c for c in (ReplyStarted, StepVerified, ReplyFinished)}

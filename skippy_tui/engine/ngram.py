@@ -33,6 +33,7 @@ from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import BoundsError
 from .events import SyncInfo
 from .sync import common_prefix_len
+from .verify import DraftRule
 
 NGRAM_MAX = 4
 NGRAM_MIN = 2
@@ -122,10 +123,11 @@ class NgramDrafter:
     def has_match(self, context: Sequence[int]) -> bool:
         return self.index.match(context) is not None
 
-    def propose(self, context: Sequence[int], k: int, p_min: float = 0.0) -> Proposal:
+    def propose(self, context: Sequence[int], k: int, p_min: float = 0.0, rule: DraftRule | None = None) -> Proposal:
         """Up to ``k`` tokens copied from after the suffix's last occurrence; call :meth:`sync` first.
 
-        ``p_min`` does not apply (there is no distribution).
+        ``p_min`` and ``rule`` do not apply (there is no distribution: the proposal
+        is deterministic, which every verification rule accepts as it is).
         """
         tokens = tuple(self.index.continuation(context, k))
         return Proposal(tokens, (None,) * len(tokens), (), self.source)
@@ -160,13 +162,13 @@ class CombinedDrafter:
         self._route = "model"
         return self.model.sync(context)
 
-    def propose(self, context: Sequence[int], k: int, p_min: float) -> Proposal:
+    def propose(self, context: Sequence[int], k: int, p_min: float, rule: DraftRule | None = None) -> Proposal:
         if self._route == "ngram":
             proposal = self.ngram.propose(context, k, p_min)
             if proposal.tokens:
                 return proposal
             self.model.sync(context)
-        return self.model.propose(context, k, p_min)
+        return self.model.propose(context, k, p_min, rule)
 
     def reset(self) -> None:
         self.ngram.reset()

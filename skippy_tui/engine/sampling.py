@@ -1,26 +1,34 @@
-"""Sampling settings, logits → probabilities, and the two verification rules.
+"""Sampling settings and the distribution a logits row is sampled from.
 
-Pure numpy; no model needed. Shapes: a logits row is ``(n_vocab,)`` float32, a
-verify block is ``(k + 1, n_vocab)`` — row ``i`` is the target's distribution for
-the token after ``[last, d1..di]``.
+Pure numpy; no model needed. A logits row is ``(n_vocab,)`` float32.
 
-* Greedy verification accepts the longest prefix of the proposal that equals the
-  target's argmax, then commits the target's argmax at the next row: a
-  *correction* token at the first mismatch, a *bonus* token after a fully
-  accepted proposal.
-* Stochastic verification is speculative sampling by rejection (Leviathan et al.
-  2023, "Fast Inference from Transformers via Speculative Decoding", Alg. 1;
-  Chen et al. 2023, "Accelerating LLM Decoding with Speculative Sampling"):
-  accept ``d_i`` with probability ``min(1, p_i(d_i) / q_i(d_i))``; on rejection
-  sample the correction from ``norm(max(0, p_i - q_i))``; after full acceptance
-  sample the bonus from ``p_k``. The committed tokens are then distributed
-  exactly as if sampled from the target alone. A greedy draft is the case
-  ``q_i = one_hot(d_i)``.
+The filters run in llama.cpp's default sampler-chain order (``common_params.
+samplers``: penalties, top-k, top-p, min-p, then temperature), so the same
+settings mean the same distribution as in llama-server or LM Studio:
+
+1. **penalties** over the last ``repeat_last_n`` tokens of the context (prompt
+   and reply, as llama-server feeds its sampler the prompt): a token seen ``c``
+   times has its logit divided by ``repeat_penalty`` (multiplied when the logit
+   is negative), then lowered by ``c * frequency_penalty + presence_penalty``;
+2. **top-k** keeps the ``top_k`` largest logits (0 = off);
+3. **top-p** keeps the smallest head of the (temperature 1) softmax whose mass
+   reaches ``top_p`` (1.0 = off);
+4. **min-p** keeps tokens whose logit is at least ``max + log(min_p)``, i.e.
+   probability at least ``min_p`` times the top one (0.0 = off);
+5. **temperature** divides the surviving logits (0 = greedy: the argmax of the
+   penalised row).
+
+Every filter after top-k keeps a prefix of the logits sorted in descending
+order, so only a short sorted head is ever built: the head is found by a
+threshold below the maximum (one vectorised comparison over the row), widened
+until it holds enough tokens. No full-vocabulary sort, no float64 copy of the
+row; a penalised row is one float32 copy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter, deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,39 +36,232 @@ import numpy as np
 from .bounds import check_int, check_unit_float
 from .errors import BoundsError
 
+SAMPLERS = ("coupled", "rejection")
+MAX_SEED = 2**63 - 1
+
+
+def _check_float(key: str, value: object, lo: float, hi: float, lo_open: bool = False) -> None:
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and np.isfinite(value)
+    if ok:
+        ok = (lo < value if lo_open else lo <= value) and value <= hi  # type: ignore[operator]
+    if not ok:
+        raise BoundsError(key, value, f"finite and in {'(' if lo_open else '['}{lo:g}, {hi:g}]")
+
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    """How the target's next token is chosen.
+    """How the target's next token is chosen (and the draft's, under sampling).
 
-    ``temperature <= 0`` means greedy (argmax); otherwise logits are filtered by
-    ``top_k`` (0 = off), divided by ``temperature``, softmaxed, then filtered by
-    ``top_p`` (nucleus; 1.0 = off) and ``min_p`` (relative to the top
-    probability; 0.0 = off) and renormalised. ``seed`` fixes the random stream.
+    ``temperature`` 0 = greedy. ``top_k`` (0 = off), ``top_p`` (1.0 = off),
+    ``min_p`` (0.0 = off) filter as llama.cpp does (module docstring).
+    ``seed``: the public random stream; ``None`` = a fresh one per reply (drawn
+    from the OS and reported in the reply's events, so it can be reused).
+    Penalties with llama.cpp's meaning, off by default: ``repeat_penalty``
+    (1.0 = off), ``repeat_last_n`` (tokens looked back; 0 = off, -1 = the whole
+    context), ``presence_penalty`` and ``frequency_penalty`` (0.0 = off).
+    ``sampler``: how a speculative step samples — ``coupled`` (the default:
+    draft and target argmax with the same per-position Gumbel noise, so the
+    reply equals plain sampling with the same seed) or ``rejection`` (drafts
+    sampled from the draft's distribution, accepted with ``min(1, p/q)``).
 
     Raises:
-        BoundsError: for a negative or non-finite temperature, top_k < 0,
-            or top_p / min_p outside [0, 1].
+        BoundsError: a value is out of bounds (named, with its bound).
     """
 
     temperature: float = 0.0
     top_k: int = 40
     top_p: float = 0.95
     min_p: float = 0.05
-    seed: int = 0
+    seed: int | None = None
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    sampler: str = "coupled"
 
     def __post_init__(self) -> None:
-        t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not np.isfinite(t) or t < 0 or t > 100:
-            raise BoundsError("temperature", t, "finite and in [0, 100]")
+        _check_float("temperature", self.temperature, 0.0, 100.0)
         check_int("top_k", self.top_k, 0)
         check_unit_float("top_p", self.top_p)
         check_unit_float("min_p", self.min_p)
-        check_int("seed", self.seed, 0, 2**63 - 1)
+        if self.seed is not None:
+            check_int("seed", self.seed, 0, MAX_SEED)
+        _check_float("repeat_penalty", self.repeat_penalty, 0.0, 100.0, lo_open=True)
+        check_int("repeat_last_n", self.repeat_last_n, -1, 1 << 24)
+        _check_float("presence_penalty", self.presence_penalty, -100.0, 100.0)
+        _check_float("frequency_penalty", self.frequency_penalty, -100.0, 100.0)
+        if self.sampler not in SAMPLERS:
+            raise BoundsError("sampler", self.sampler, "one of " + ", ".join(SAMPLERS))
 
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
+
+    @property
+    def penalised(self) -> bool:
+        """True when the penalties change anything (llama.cpp's ``is_disabled`` negated)."""
+        return self.repeat_last_n != 0 and (
+            self.repeat_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+        )
+
+    def label(self) -> str:
+        """Short text for a status bar: ``greedy`` or ``coupled T=0.8``."""
+        return "greedy" if self.greedy else f"{self.sampler} T={self.temperature:g}"
+
+
+class PenaltyWindow:
+    """Token counts over the last ``n`` tokens of a history (``n < 0``: all of it).
+
+    :meth:`push` appends one token (dropping the oldest when full), so the
+    window of a verify row — the committed context plus the drafts before it —
+    costs one push per row, not a rescan of the context.
+    """
+
+    def __init__(self, n: int, tokens: Iterable[int] = ()) -> None:
+        self.n = n
+        self.tokens: deque[int] = deque(maxlen=n if n > 0 else None)
+        self.counts: Counter[int] = Counter()
+        if n != 0:
+            for t in tokens if n < 0 else list(tokens)[-n:]:
+                self.push(t)
+
+    def push(self, token: int) -> None:
+        if self.n == 0:
+            return
+        if self.n > 0 and len(self.tokens) == self.n:
+            old = self.tokens[0]
+            self.counts[old] -= 1
+            if not self.counts[old]:
+                del self.counts[old]
+        self.tokens.append(token)
+        self.counts[token] += 1
+
+    def copy(self) -> PenaltyWindow:
+        out = PenaltyWindow.__new__(PenaltyWindow)
+        out.n, out.tokens, out.counts = self.n, self.tokens.copy(), self.counts.copy()
+        return out
+
+
+def penalise(row: np.ndarray, params: SamplingParams, window: PenaltyWindow | None) -> np.ndarray:
+    """``row`` with llama.cpp's repetition, frequency and presence penalties applied
+    (a float32 copy), or ``row`` itself when they change nothing."""
+    if window is None or not window.counts or not params.penalised:
+        return row
+    ids = np.fromiter(window.counts.keys(), dtype=np.int64, count=len(window.counts))
+    counts = np.fromiter(window.counts.values(), dtype=np.float32, count=len(window.counts))
+    v = row[ids]
+    rp = np.float32(params.repeat_penalty)
+    v = np.where(v <= 0, v * rp, v / rp)
+    v = v - (counts * np.float32(params.frequency_penalty) + np.float32(params.presence_penalty))
+    out = row.copy()
+    out[ids] = v.astype(np.float32, copy=False)
+    return out
+
+
+def top_ids(x: np.ndarray, n: int) -> np.ndarray:
+    """Ids of the ``n`` largest values of ``x``, largest first (exact, no full sort).
+
+    A threshold below the maximum selects a small head in one vectorised pass;
+    it widens until the head holds ``n`` values, then only the head is
+    partitioned and sorted.
+    """
+    size = x.shape[0]
+    n = min(n, size)
+    if n <= 0:
+        return np.zeros(0, dtype=np.int64)
+    m = float(x.max())
+    idx = None
+    if np.isfinite(m):
+        gap = 4.0
+        while gap < 1e4:
+            idx = np.flatnonzero(x >= m - gap)
+            if idx.shape[0] >= n:
+                break
+            gap *= 4.0
+        else:
+            idx = None
+    if idx is None or idx.shape[0] < n:
+        idx = np.arange(size)
+    v = x[idx]
+    if idx.shape[0] > n:
+        sel = np.argpartition(-v, n - 1)[:n]
+        idx, v = idx[sel], v[sel]
+    return idx[np.argsort(-v, kind="stable")]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """The tokens a row may be sampled from, after every filter.
+
+    ``ids``: token ids (int64), in descending order of logit (in id order
+    when no filter applies: the whole vocabulary). ``logits``:
+    their logits after penalties and temperature (float32; at temperature 1
+    for greedy settings, where only ``ids[0]`` can be chosen). ``probs()`` is
+    the softmax over them (float64), i.e. the sampled distribution.
+    """
+
+    ids: np.ndarray
+    logits: np.ndarray
+
+    def probs(self) -> np.ndarray:
+        x = self.logits.astype(np.float64)
+        e = np.exp(x - x.max())
+        return e / e.sum()
+
+    def prob_of(self, token: int) -> float:
+        """Probability of ``token`` under this distribution (0.0 outside the candidates)."""
+        hit = np.flatnonzero(self.ids == token)
+        return float(self.probs()[hit[0]]) if hit.shape[0] else 0.0
+
+
+def candidates(row: np.ndarray, params: SamplingParams, window: PenaltyWindow | None = None) -> Candidates:
+    """Apply llama.cpp's default chain (penalties, top-k, top-p, min-p, temperature).
+
+    Args:
+        row: one logits row, ``(n_vocab,)`` float32.
+        params: the sampling settings.
+        window: the penalty history (ignored when penalties are off).
+
+    Returns:
+        The surviving candidates. Greedy settings give the single argmax.
+    """
+    x = penalise(row, params, window)
+    if params.greedy:
+        i = int(np.argmax(x))
+        return Candidates(np.array([i], dtype=np.int64), x[i : i + 1].astype(np.float32))
+    size = x.shape[0]
+    limit = params.top_k if 0 < params.top_k < size else size
+    t = np.float32(params.temperature)
+    if params.top_p >= 1.0 and params.min_p <= 0.0:  # nothing after top-k: no head to find
+        ids = top_ids(x, limit) if limit < size else np.arange(size)
+        return Candidates(ids, (x[ids] / t).astype(np.float32, copy=False))
+    head = min(limit, 256)
+    while True:
+        ids = top_ids(x, head)
+        vals = x[ids].astype(np.float32, copy=False)
+        complete = head >= limit  # the head holds every token top-k keeps
+        keep, decided = ids.shape[0], complete
+        if params.top_p < 1.0:
+            m = vals[0]
+            # llama.cpp's softmax: float32, normalised over every token top-k keeps
+            if complete:
+                total = np.exp(vals - m).sum(dtype=np.float32)
+            else:
+                total = np.exp((x if limit == size else x[top_ids(x, limit)]) - m).sum(dtype=np.float32)
+            cum = np.cumsum(np.exp(vals - m) / total, dtype=np.float32)
+            hit = np.flatnonzero(cum >= np.float32(params.top_p))
+            if hit.shape[0]:
+                keep, decided = int(hit[0]) + 1, True
+        if params.min_p > 0.0:
+            floor = vals[0] + np.float32(np.log(np.float32(params.min_p)))
+            n_ok = int(np.count_nonzero(vals[:keep] >= floor))  # vals descend: a prefix
+            decided = decided or n_ok < keep
+            keep = n_ok
+        if not decided:  # every head token survived: the cut lies further down
+            head = min(limit, head * 4)
+            continue
+        break
+    return Candidates(ids[:keep], (vals[:keep] / t).astype(np.float32, copy=False))
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -71,103 +272,15 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def top_prob(logits: np.ndarray) -> tuple[int, float]:
-    """``(argmax, its softmax probability)`` of one logits row, without a full copy."""
+    """``(argmax, its softmax probability)`` of one logits row (float32 sums, no copy kept)."""
     i = int(np.argmax(logits))
-    m = float(logits[i])
-    return i, 1.0 / float(np.exp(logits.astype(np.float64) - m).sum())
+    return i, float(1.0 / np.exp(logits - logits[i]).sum(dtype=np.float64))
 
 
-def top_k_list(probs: np.ndarray, k: int) -> list[tuple[int, float]]:
-    """The ``k`` most probable ids of a probability row, most probable first."""
-    k = min(k, probs.shape[-1])
-    idx = np.argpartition(-probs, k - 1)[:k]
-    idx = idx[np.argsort(-probs[idx], kind="stable")]
-    return [(int(i), float(probs[i])) for i in idx]
-
-
-def filtered_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
-    """The distribution ``params`` samples from, over the full vocabulary.
-
-    Greedy settings give the one-hot of the argmax.
-    """
-    n = logits.shape[-1]
-    if params.greedy:
-        out = np.zeros(n, dtype=np.float64)
-        out[int(np.argmax(logits))] = 1.0
-        return out
-    x = logits.astype(np.float64) / params.temperature
-    if 0 < params.top_k < n:
-        kth = np.partition(x, n - params.top_k)[n - params.top_k]
-        x = np.where(x >= kth, x, -np.inf)
-    p = np.exp(x - x.max())
-    p /= p.sum()
-    if params.top_p < 1.0:
-        order = np.argsort(-p, kind="stable")
-        cum = np.cumsum(p[order])
-        # keep the smallest head whose mass reaches top_p (always at least one)
-        n_keep = int(np.searchsorted(cum, params.top_p, side="left")) + 1
-        mask = np.zeros(n, dtype=bool)
-        mask[order[:n_keep]] = True
-        p = np.where(mask, p, 0.0)
-    if params.min_p > 0.0:
-        p = np.where(p >= params.min_p * p.max(), p, 0.0)
-    return p / p.sum()
-
-
-def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """One draw from a probability row (inverse CDF; deterministic for a seeded rng)."""
-    cum = np.cumsum(probs)
-    u = rng.random() * cum[-1]
-    return int(min(np.searchsorted(cum, u, side="right"), probs.shape[-1] - 1))
-
-
-def verify_greedy(proposal: Sequence[int], target_argmax: Sequence[int]) -> tuple[int, int]:
-    """Greedy verification.
-
-    Args:
-        proposal: the draft's ``k`` tokens.
-        target_argmax: ``k + 1`` target argmax ids, one per verify row.
-
-    Returns:
-        ``(n_accepted, committed)``: the accepted prefix length and the target
-        token committed after it (bonus if ``n_accepted == k``, else correction).
-    """
-    k = len(proposal)
-    j = 0
-    while j < k and proposal[j] == target_argmax[j]:
-        j += 1
-    return j, int(target_argmax[j])
-
-
-def verify_stochastic(
-    proposal: Sequence[int],
-    target_probs: Sequence[np.ndarray],
-    rng: np.random.Generator,
-    draft_probs: Sequence[np.ndarray] | None = None,
-) -> tuple[int, int]:
-    """Speculative sampling by rejection (Leviathan et al. 2023; Chen et al. 2023).
-
-    Args:
-        proposal: the draft's ``k`` tokens.
-        target_probs: ``k + 1`` target distributions (already filtered).
-        rng: the random stream (one uniform per verified token, one per draw).
-        draft_probs: the ``k`` distributions the draft sampled from; ``None``
-            means a greedy draft (``q_i`` one-hot at ``d_i``).
-
-    Returns:
-        ``(n_accepted, committed)`` as in :func:`verify_greedy`.
-    """
-    for i, d in enumerate(proposal):
-        p = target_probs[i]
-        q_d = 1.0 if draft_probs is None else float(draft_probs[i][d])
-        if q_d > 0.0 and rng.random() < min(1.0, float(p[d]) / q_d):
-            continue
-        if draft_probs is None:
-            residual = p.copy()
-            residual[d] = 0.0
-        else:
-            residual = np.maximum(p - draft_probs[i], 0.0)
-        total = residual.sum()
-        # total == 0 only when p == q (then acceptance was certain); guard anyway
-        return i, sample(residual / total if total > 0 else p, rng)
-    return len(proposal), sample(target_probs[len(proposal)], rng)
+def top_softmax(logits: np.ndarray, n: int) -> list[tuple[int, float]]:
+    """The ``n`` most probable ids of a logits row with their softmax probabilities,
+    most probable first (for the panel's top-k lists)."""
+    ids = top_ids(logits, n)
+    m = logits[ids[0]]
+    z = float(np.exp(logits - m).sum(dtype=np.float64))
+    return [(int(i), float(np.exp(np.float64(logits[i] - m)) / z)) for i in ids]

@@ -7,9 +7,10 @@ speculative example):
 2. the draft proposes up to ``k`` tokens ``d1..dk`` after the last committed one;
 3. the target decodes one batch ``[last, d1..dk]`` with logits at all ``k + 1``
    rows;
-4. greedy: the longest prefix matching the target's argmax is accepted and the
-   target's token at the next row committed (correction or bonus); sampling:
-   rejection sampling keeps the output distributed exactly as the target's;
+4. the proposal is verified by the reply's rule (:mod:`verify`): greedy, the
+   coupled sampler (the default: the reply equals plain sampling with the same
+   seed) or rejection sampling; the target's token after the accepted prefix
+   is committed (correction or bonus);
 5. the committed tokens are checked one by one for EOS/EOT, stop strings and
    max tokens, and rejected positions are removed from the target's KV cache.
 
@@ -21,10 +22,12 @@ immutable events (:mod:`events`); it never prints and never raises a
 
 from __future__ import annotations
 
+import dataclasses
+import secrets
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -39,10 +42,11 @@ from .invariance import Invariance
 from .kvcache import KvCache
 from .native import Context, Model
 from .ngram import NgramDrafter, build_drafter
-from .sampling import filtered_probs, softmax, top_k_list, verify_greedy, verify_stochastic
+from .sampling import PenaltyWindow, SamplingParams, top_softmax
 from .settings import GenerationSettings, SpeculationSettings
 from .stats import AcceptanceStats
 from .text import SpanQueue, StopStringMatcher, Utf8Assembler
+from .verify import ReplySampler, Verdict
 
 TOP_K_SHOWN = 5
 NO_SYNC = SyncInfo("none")
@@ -246,6 +250,9 @@ class Speculator:
             return
 
         spec = self.speculation
+        params = gen.sampling
+        # a reply without a fixed seed draws one, reported so the reply can be reproduced
+        seed = params.seed if params.seed is not None else secrets.randbits(63)
         yield ReplyStarted(
             turn=self._turn,
             n_prompt=len(context),
@@ -257,14 +264,16 @@ class Speculator:
             speculative=spec.enabled and self.drafter is not None,
             draft_source=self.drafter.source if self.drafter is not None else "none",
             n_draft=spec.n_draft,
-            sampling={k: getattr(gen.sampling, k) for k in ("temperature", "top_k", "top_p", "min_p", "seed")},
+            sampling=sampling_dict(params, seed),
         )
-        yield from self._loop(context, gen, cancelled, prefill_ms)
+        yield from self._loop(context, gen, ReplySampler(params, seed), cancelled, prefill_ms)
 
-    def _loop(self, context: list[int], gen: GenerationSettings, cancelled, prefill_ms: float) -> Iterator[Event]:
-        rng = np.random.default_rng(gen.sampling.seed)
+    def _loop(
+        self, context: list[int], gen: GenerationSettings, sampler: ReplySampler, cancelled, prefill_ms: float
+    ) -> Iterator[Event]:
         stats = AcceptanceStats()
         utf8, stops, spans = Utf8Assembler(), StopStringMatcher(gen.stop), SpanQueue()
+        window = _window(sampler.params, context)
         token_ids: list[int] = []
         text: list[str] = []
         reason: str | None = None
@@ -279,24 +288,14 @@ class Speculator:
                 reason = "context_full"
                 break
             t_step = time.perf_counter()
+            changed = None
+            if gen.sampling is not sampler.params and gen.sampling != sampler.params:
+                # a change made mid-reply (F3) applies from this step; the seed stays the reply's
+                sampler.params = gen.sampling
+                changed = sampling_dict(sampler.params, sampler.seed)
+                window = _window(sampler.params, context)
             try:
-                k, k_reason = self._choose_k(context, gen.max_tokens - len(token_ids))
-                sync_info, proposal, sync_ms, draft_ms = NO_SYNC, Proposal(), 0.0, 0.0
-                if k > 0:
-                    t = time.perf_counter()
-                    sync_info = self.drafter.sync(context)  # type: ignore[union-attr]
-                    t2 = time.perf_counter()
-                    proposal = self.drafter.propose(context, k, self.speculation.p_min)  # type: ignore[union-attr]
-                    t3 = time.perf_counter()
-                    sync_ms, draft_ms = (t2 - t) * 1000, (t3 - t2) * 1000
-                    if len(proposal.tokens) < max(self.speculation.n_min, 1):
-                        proposal = Proposal(rows=proposal.rows)
-                t = time.perf_counter()
-                batch = [context[-1], *proposal.tokens]
-                logits = self._verify_decode(batch, n_past)
-                self.target_cache.state.record_extend(batch)
-                n_acc, committed = self._verify(proposal.tokens, logits, gen, rng)
-                verify_ms = (time.perf_counter() - t) * 1000
+                block = self._speculate(context, gen.max_tokens - len(token_ids), sampler, window)
             except ContextFullError as e:
                 reason, error = "context_full", str(e)
                 break
@@ -305,7 +304,8 @@ class Speculator:
                 error = "" if reason == "cancelled" else str(e)
                 break
 
-            new_tokens = [*proposal.tokens[:n_acc], committed]
+            proposal, n_acc = block.proposal, block.verdict.n_accepted
+            new_tokens = [*proposal.tokens[:n_acc], block.verdict.committed]
             origins = ["draft"] * n_acc + ["target"]
             delta: list[tuple[str, str]] = []
             n_used = 0
@@ -315,6 +315,8 @@ class Speculator:
                     break
                 context.append(tok)
                 token_ids.append(tok)
+                if window is not None:
+                    window.push(tok)
                 n_used += 1
                 piece = utf8.feed(self.target.piece(tok))
                 spans.push(piece, origin)
@@ -334,23 +336,22 @@ class Speculator:
                 self.target_cache.sync(context)
             except SkippyError as e:
                 reason, error = "error", str(e)
+            text += [s for s, _ in delta]
+            event = self._step_event(step, n_past, block, reached, delta, changed)
+            # the step's time includes building its event (the panel's top-k lists)
             step_ms = (time.perf_counter() - t_step) * 1000
             stats.add_step(
                 len(proposal.tokens), n_acc, n_used,
-                step_ms=step_ms, sync_ms=sync_ms, draft_ms=draft_ms, verify_ms=verify_ms,
+                step_ms=step_ms, sync_ms=block.sync_ms, draft_ms=block.draft_ms, verify_ms=block.verify_ms,
             )  # fmt: skip
             for observer in {id(o): o for o in (self.estimator, self.k_policy) if o is not None}.values():
                 observe = getattr(observer, "observe", None)
                 if observe is not None:
                     observe(
-                        k=k, n_proposed=len(proposal.tokens), n_accepted=n_acc, sync=sync_info,
-                        sync_ms=sync_ms, draft_ms=draft_ms, verify_ms=verify_ms, step_ms=step_ms,
+                        k=block.k, n_proposed=len(proposal.tokens), n_accepted=n_acc, sync=block.sync,
+                        sync_ms=block.sync_ms, draft_ms=block.draft_ms, verify_ms=block.verify_ms, step_ms=step_ms,
                     )  # fmt: skip
-            text += [s for s, _ in delta]
-            yield self._step_event(
-                step, n_past, k, k_reason, sync_info, proposal, n_acc, committed if reached else None,
-                logits, sync_ms, draft_ms, verify_ms, delta,
-            )  # fmt: skip
+            yield event
             step += 1
 
         tail = ""
@@ -377,7 +378,37 @@ class Speculator:
             n_past=self.n_past,
             tail=tail,
             error=error,
+            seed=sampler.seed,
         )
+
+    def _speculate(
+        self, context: list[int], remaining: int, sampler: ReplySampler, window: PenaltyWindow | None
+    ) -> _Block:
+        """Sync the draft, propose, decode the verify batch and verify it (no commit yet).
+
+        Raises:
+            SkippyError: a decode failed (nothing of the verify batch stays cached).
+        """
+        n_past = len(context) - 1
+        k, k_reason = self._choose_k(context, remaining)
+        sync_info, proposal, sync_ms, draft_ms = NO_SYNC, Proposal(), 0.0, 0.0
+        if k > 0:
+            t = time.perf_counter()
+            sync_info = self.drafter.sync(context)  # type: ignore[union-attr]
+            t2 = time.perf_counter()
+            rule = sampler.draft_rule(len(context), window)
+            proposal = self.drafter.propose(context, k, self.speculation.p_min, rule)  # type: ignore[union-attr]
+            t3 = time.perf_counter()
+            sync_ms, draft_ms = (t2 - t) * 1000, (t3 - t2) * 1000
+            if len(proposal.tokens) < max(self.speculation.n_min, 1):
+                proposal = Proposal(rows=proposal.rows)
+        t = time.perf_counter()
+        batch = [context[-1], *proposal.tokens]
+        logits = self._verify_decode(batch, n_past)
+        self.target_cache.state.record_extend(batch)
+        verdict = sampler.verify(proposal.tokens, logits, len(context), window, proposal.dists)
+        verify_ms = (time.perf_counter() - t) * 1000
+        return _Block(k, k_reason, sync_info, proposal, logits, verdict, sync_ms, draft_ms, verify_ms)
 
     def _choose_k(self, context: Sequence[int], remaining: int) -> tuple[int, str]:
         """This step's proposal length, clamped so everything fits (0 = plain step)."""
@@ -418,28 +449,19 @@ class Speculator:
             raise
         return np.concatenate(parts)
 
-    def _verify(
-        self, proposal: Sequence[int], logits: np.ndarray, gen: GenerationSettings, rng: np.random.Generator
-    ) -> tuple[int, int]:
-        if gen.sampling.greedy:
-            return verify_greedy(proposal, np.argmax(logits, axis=1).tolist())
-        probs = [filtered_probs(row, gen.sampling) for row in logits]
-        return verify_stochastic(proposal, probs, rng)
-
     def _step_event(
-        self, step, n_past, k, k_reason, sync_info, proposal, n_acc, committed, logits,
-        sync_ms, draft_ms, verify_ms, delta,
-    ) -> StepVerified:  # fmt: skip
+        self, step: int, n_past: int, b: _Block, reached: bool, delta: list[tuple[str, str]], sampling: dict | None
+    ) -> StepVerified:
         tt = self.target.token_text
+        proposal, n_acc = b.proposal, b.verdict.n_accepted
+        committed = b.verdict.committed if reached else None
         proposed = tuple(TokenInfo(t, tt(t), p) for t, p in zip(proposal.tokens, proposal.probs))
         target_top: tuple[TokenInfo, ...] = ()
         draft_top: tuple[TokenInfo, ...] = ()
         if n_acc < len(proposal.tokens):
-            target_top = tuple(TokenInfo(i, tt(i), p) for i, p in top_k_list(softmax(logits[n_acc]), TOP_K_SHOWN))
+            target_top = tuple(TokenInfo(i, tt(i), p) for i, p in top_softmax(b.logits[n_acc], TOP_K_SHOWN))
             if n_acc < len(proposal.rows):
-                draft_top = tuple(
-                    TokenInfo(i, tt(i), p) for i, p in top_k_list(softmax(proposal.rows[n_acc]), TOP_K_SHOWN)
-                )
+                draft_top = tuple(TokenInfo(i, tt(i), p) for i, p in top_softmax(proposal.rows[n_acc], TOP_K_SHOWN))
         kind = "plain" if not proposal.tokens else ("bonus" if n_acc == len(proposal.tokens) else "correction")
         if committed is None:
             kind = "none"
@@ -447,21 +469,51 @@ class Speculator:
             index=step,
             n_past_before=n_past,
             n_past_after=self.n_past,
-            k=k,
-            sync=sync_info,
+            k=b.k,
+            sync=b.sync,
             proposed=proposed,
             n_accepted=n_acc,
             committed=TokenInfo(committed, tt(committed)) if committed is not None else None,
             commit_kind=kind,  # type: ignore[arg-type]
             target_top=target_top,
             draft_top=draft_top,
-            sync_ms=sync_ms,
-            draft_ms=draft_ms,
-            verify_ms=verify_ms,
+            sync_ms=b.sync_ms,
+            draft_ms=b.draft_ms,
+            verify_ms=b.verify_ms,
             delta=tuple(TextSpan(s, o) for s, o in delta),  # type: ignore[arg-type]
-            k_reason=k_reason,
+            k_reason=b.k_reason,
             draft_source=proposal.source if proposal.tokens else "",
+            p_target=b.verdict.p_target,
+            sampling=sampling,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Block:
+    """One step before its commit: what was proposed, the target's rows, the verdict, the timings (ms)."""
+
+    k: int
+    k_reason: str
+    sync: SyncInfo
+    proposal: Proposal
+    logits: np.ndarray
+    verdict: Verdict
+    sync_ms: float
+    draft_ms: float
+    verify_ms: float
+
+
+def sampling_dict(params: SamplingParams, seed: int) -> dict[str, object]:
+    """The sampling settings as events record them, with the reply's resolved seed."""
+    out: dict[str, object] = {f.name: getattr(params, f.name) for f in dataclasses.fields(params)}
+    out["seed"] = seed
+    out["seed_fixed"] = params.seed is not None
+    return out
+
+
+def _window(params: SamplingParams, context: Sequence[int]) -> PenaltyWindow | None:
+    """The penalty history of ``context``, or None when the penalties are off."""
+    return PenaltyWindow(params.repeat_last_n, context) if params.penalised else None
 
 
 def _failed(message: str, n_past: int, reason: str = "error") -> ReplyFinished:
