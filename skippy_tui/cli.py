@@ -169,6 +169,12 @@ def trace_line(ev: Any) -> str:
         marks.append(f"{t.text!r}{mark}")
     proposal = "[" + " ".join(marks) + "]" if marks else "[]"
     commit = f"+{ev.commit_kind} {ev.committed.text!r}" if ev.committed else "(reply ended)"
+    if ev.p_target is not None and ev.n_accepted < len(ev.proposed):
+        # why the first rejected token lost: the target's and the draft's probability of it
+        q = ev.proposed[ev.n_accepted].prob
+        commit += f" (p {ev.p_target:.2f}" + (f" q {q:.2f})" if q is not None else ")")
+    if ev.sampling is not None:
+        commit += f" [sampling now {ev.sampling['sampler']} T={ev.sampling['temperature']:g}]"
     return (
         f"step {ev.index:4d}  {ev.sync.label():<16} k={ev.k} {proposal} {commit}  "
         f"n_past {ev.n_past_before}->{ev.n_past_after}  "
@@ -192,6 +198,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     inv = speculator.invariance
     if inv is not None and (args.trace or (inv.note and speculator.speculation.enabled)):
         sys.stderr.write(f"verify: {inv.label()}\n")
+    elif inv is None and args.trace and speculator.speculation.enabled:
+        sys.stderr.write(
+            "verify: one batch, not checked for exactness (exact = false): "
+            "replies match plain decoding with the same seed only approximately\n"
+        )
     messages = []
     system = cfg.get("generation", "system_prompt")
     if system:
@@ -226,7 +237,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         sys.stderr.write(
             f"[{finish.reason}] {count(finish.n_tokens, 'token')} in {count(finish.n_steps, 'step')}, "
             f"{finish.tokens_per_second:.1f} tok/s, acceptance {finish.acceptance_rate:.1%}, "
-            f"mean accepted length {finish.mean_accepted_length:.2f}\n"
+            f"mean accepted length {finish.mean_accepted_length:.2f}"
+            + (f", seed {finish.seed}" if not gen.sampling.greedy else "")
+            + "\n"
         )
     if finish.reason == "error":
         sys.stderr.write(f"skippy-tui: error: {finish.error}\n")

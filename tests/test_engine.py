@@ -129,8 +129,8 @@ class WrongDrafter:
     def sync(self, context: Sequence[int]) -> SyncInfo:
         return self.inner.sync(context)
 
-    def propose(self, context: Sequence[int], k: int, p_min: float) -> Proposal:
-        p = self.inner.propose(context, k, p_min)
+    def propose(self, context: Sequence[int], k: int, p_min: float, rule=None) -> Proposal:
+        p = self.inner.propose(context, k, p_min, rule)
         toks = list(p.tokens)
         for i in range(len(toks)):
             self.n += 1

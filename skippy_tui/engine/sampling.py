@@ -243,11 +243,10 @@ def candidates(row: np.ndarray, params: SamplingParams, window: PenaltyWindow | 
         keep, decided = ids.shape[0], complete
         if params.top_p < 1.0:
             m = vals[0]
-            # llama.cpp's softmax: float32, normalised over every token top-k keeps
-            if complete:
-                total = np.exp(vals - m).sum(dtype=np.float32)
-            else:
-                total = np.exp((x if limit == size else x[top_ids(x, limit)]) - m).sum(dtype=np.float32)
+            # llama.cpp's softmax: float32, summed in order over every token top-k keeps
+            # (sorted after top-k, in id order without it)
+            kept = vals if complete else x if limit == size else x[top_ids(x, limit)]
+            total = np.cumsum(np.exp(kept - m), dtype=np.float32)[-1]
             cum = np.cumsum(np.exp(vals - m) / total, dtype=np.float32)
             hit = np.flatnonzero(cum >= np.float32(params.top_p))
             if hit.shape[0]:
