@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rich.cells import cell_len
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
@@ -46,6 +47,7 @@ from .themes import UiState, load_themes
 
 FLUSH_HZ = 20
 PANEL_HZ = 4
+STATUS_NAME_WIDTHS = (28, 22, 16, 12, 8)  # model name widths the status bar tries, widest first
 # the app's own actions: off while a dialog (not the command palette) is open
 CHAT_ACTIONS = frozenset(
     {"stop", "new_chat", "regenerate", "edit_last", "system_prompt", "tune", "toggle_speculation"}
@@ -360,15 +362,29 @@ class SkippyApp(App[None]):
             self.push_screen(InspectorScreen(event.steps, event.index))
 
     def _update_status(self) -> None:
+        bar = self.query_one(StatusBar)
+        width = bar.content_region.width or self.size.width - 2
+        # the bar is one line: model names shrink first, so speculation and sampling stay in view
+        for name_width in STATUS_NAME_WIDTHS:
+            text = " │ ".join(self._status_parts(name_width))
+            if cell_len(text) <= width:
+                break
+        bar.update(text)
+
+    def on_resize(self) -> None:
+        if self.query(StatusBar):  # a resize can come before the layout is composed
+            self._update_status()
+
+    def _status_parts(self, name_width: int) -> list[str]:
         parts: list[str] = []
         spec = self.speculator
         if spec is not None:
             from ..engine.native import backend_name
 
             t, d = spec.target_info, spec.draft_info
-            parts.append(f"target {short_name(t.name)} {t.file_type}" if t else "target ?")
+            parts.append(f"target {short_name(t.name, name_width)} {t.file_type}" if t else "target ?")
             if d is not None:
-                parts.append(f"draft {short_name(d.name)} {d.file_type}")
+                parts.append(f"draft {short_name(d.name, name_width)} {d.file_type}")
             else:
                 parts.append(f"draft: {spec.drafter.source}" if spec.drafter is not None else "no draft")
             parts.append(backend_name())
@@ -378,6 +394,7 @@ class SkippyApp(App[None]):
             s = spec.speculation
             on_ = s.enabled and spec.drafter is not None
             parts.append(f"spec {'on' if on_ else 'off'}" + (f" k={s.n_draft} p_min={s.p_min:g}" if on_ else ""))
+            parts.append(self._sampling_status())
             verdict = spec.verdict() if on_ else None
             if verdict is not None:
                 parts.append(f"≈{verdict:.2f}× plain")
@@ -386,7 +403,6 @@ class SkippyApp(App[None]):
                 # verify batches longer than inv.rows are split to stay bit-exact
                 rows = "" if inv.rows is None else " ≤1 row" if inv.rows == 1 else f" ≤{inv.rows} rows"
                 parts.append("exact" + rows)
-            parts.append(f"T={self.sampling.temperature:g}")
         else:
             models = self.transcript.models
             if self.replay or models:
@@ -395,11 +411,21 @@ class SkippyApp(App[None]):
                 for role in ("target", "draft"):
                     m = models.get(role)
                     if m:
-                        parts.append(f"{role} {short_name(m.get('name', '?'))} {m.get('file_type', '')}")
+                        parts.append(f"{role} {short_name(m.get('name', '?'), name_width)} {m.get('file_type', '')}")
                 if models.get("backend"):
                     parts.append(f"recorded on {models['backend']}")
             parts.append("loading models…" if self.loading else "no models loaded (f5 loads them)")
-        self.query_one(StatusBar).update(" │ ".join(parts))
+        return parts
+
+    def _sampling_status(self) -> str:
+        """The sampler and temperature (``coupled T=0.8``, ``greedy``), a fixed seed, penalties."""
+        s = self.sampling
+        out = s.label()
+        if s.seed is not None:
+            out += f" seed {s.seed}"
+        if s.penalised:
+            out += " +penalties"
+        return out
 
     def _last_tps(self) -> float:
         for e in reversed(self.transcript.entries):

@@ -51,7 +51,7 @@ def test_send_streams_text_and_step_rows(speculator) -> None:
             assert "".join(s.text for s in entry.spans()) == fin.text
             assert any(st.proposed for st in entry.steps)  # speculation ran
             status = str(app.query_one("#status").render())
-            for part in ("F32", "Q4_1", "CPU", f"ctx {fin.n_past}/4096", "spec on"):
+            for part in ("F32", "Q4_1", "CPU", f"ctx {fin.n_past}/4096", "spec on", "greedy"):
                 assert part in status
             # the inspector opens on a step
             app.panel.timeline.focus()
