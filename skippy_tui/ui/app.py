@@ -35,7 +35,16 @@ from ..engine.events import ReplyFinished, ReplyStarted, StepVerified
 from ..engine.sampling import SamplingParams
 from ..engine.settings import GenerationSettings
 from ..engine.stats import AcceptanceStats
-from ..transcript import Entry, Transcript, TranscriptError, count, new_transcript_path, reply_stats, versions
+from ..transcript import (
+    Entry,
+    Transcript,
+    TranscriptError,
+    count,
+    new_transcript_path,
+    reply_stats,
+    sampling_label,
+    versions,
+)
 from .chat import AssistantMessage, ChatView, MessageWidget, SystemNote, UserMessage, Welcome
 from .commands import SkippyCommands
 from .messages import EngineEvent, LoadProgress
@@ -64,19 +73,37 @@ class LiveGeneration:
     """:class:`GenerationSettings` whose sampling is read afresh at every step.
 
     The engine reads ``gen.sampling`` each time it verifies a step, so handing it
-    this object makes a temperature change apply from the next step, as
-    ``Speculator.update`` does for n_draft and p_min. Length and stop strings
-    stay fixed for the reply.
+    this object makes a sampling change (F3) apply from the next step, as
+    ``Speculator.update`` does for n_draft and p_min. The seed is the one the
+    reply started with: a new seed applies from the next reply, so setting it
+    mid-reply is no change for this one (the engine would record it as one).
+    Length and stop strings stay fixed for the reply.
     """
 
     def __init__(self, base: GenerationSettings, app: SkippyApp) -> None:
         self.max_tokens = base.max_tokens
         self.stop = base.stop
         self._app = app
+        self._seed = app.sampling.seed
+        self._seen = self._pinned = app.sampling
 
     @property
     def sampling(self) -> SamplingParams:
-        return self._app.sampling
+        live = self._app.sampling
+        if live is not self._seen:  # changed by F3: build the pinned copy once per change
+            pinned = live if live.seed == self._seed else dataclasses.replace(live, seed=self._seed)
+            self._seen, self._pinned = live, pinned
+        return self._pinned
+
+
+def tune_notice(values: dict[str, Any], before: SamplingParams) -> str:
+    """What F3 set, and from when: everything from the next step, a new seed from the next reply."""
+    s: SamplingParams = values["sampling"]
+    text = f"n_draft={values['n_draft']} p_min={values['p_min']:g} · {sampling_label(dataclasses.asdict(s))}"
+    text += " from the next step."
+    if s.seed != before.seed:
+        text += f" Seed {'random' if s.seed is None else s.seed} from the next reply."
+    return text
 
 
 class StatusBar(Static):
@@ -685,28 +712,23 @@ class SkippyApp(App[None]):
         spec = self.speculator
         n_draft = spec.speculation.n_draft if spec is not None else self.config.get("speculation", "n_draft")
         p_min = spec.speculation.p_min if spec is not None else self.config.get("speculation", "p_min")
+        before = self.sampling
 
-        def done(values: dict | None) -> None:
-            if not values:
-                return
-            try:
-                if spec is not None:
-                    spec.update(n_draft=values["n_draft"], p_min=values["p_min"])
-                else:
-                    self.config.set("speculation", "n_draft", values["n_draft"])
-                    self.config.set("speculation", "p_min", values["p_min"])
-                self.sampling = dataclasses.replace(self.sampling, temperature=values["temperature"])
-            except SkippyError as e:
-                self.notify(str(e), severity="error")
-                return
-            self.notify(
-                f"n_draft={values['n_draft']} p_min={values['p_min']:g} temperature={values['temperature']:g}"
-                " from the next step.",
-                timeout=3,
-            )
-            self._update_status()
+        def apply(values: dict[str, Any]) -> None:
+            # raises SkippyError (shown in the dialog) before anything changes
+            if spec is not None:
+                spec.update(n_draft=values["n_draft"], p_min=values["p_min"])
+            else:
+                self.config.set("speculation", "n_draft", values["n_draft"])
+                self.config.set("speculation", "p_min", values["p_min"])
+            self.sampling = values["sampling"]
 
-        self.push_screen(TuneScreen(n_draft, p_min, self.sampling.temperature, focus), done)
+        def done(values: dict[str, Any] | None) -> None:
+            if values:
+                self.notify(tune_notice(values, before), timeout=4)
+                self._update_status()
+
+        self.push_screen(TuneScreen(n_draft, p_min, self.sampling, focus, apply), done)
 
     def action_toggle_origin(self) -> None:
         self.color_origin = not self.color_origin

@@ -10,10 +10,11 @@ from ui_helpers import CHAT_JSON, SIZE, run, ui_config, wait_for_screen, wait_un
 from skippy_tui.cli import build_parser, main
 from skippy_tui.config import Config, ConfigError, config_path
 from skippy_tui.engine.events import StepVerified
+from skippy_tui.engine.sampling import SamplingParams
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.chat import AssistantMessage, SystemNote, UserMessage, Welcome
-from skippy_tui.ui.screens import ErrorScreen, InspectorScreen, SystemPromptScreen, TuneScreen
+from skippy_tui.ui.screens import TUNE_FIELDS, ErrorScreen, InspectorScreen, SystemPromptScreen, TuneScreen
 from skippy_tui.ui.themes import UiState, load_themes
 
 
@@ -252,6 +253,77 @@ def test_tune_dialog_checks_bounds() -> None:
     run(body())
 
 
+def test_tune_dialog_sets_seed_sampler_and_penalties() -> None:
+    async def body() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f3")
+            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
+            assert screen.query_one("#seed").value == "random"  # the default: a new seed per reply
+            assert "seed: next reply" in str(screen.query_one("#dialog").border_subtitle)
+            values = {"temperature": "0.8", "seed": "42", "repeat_penalty": "1.1", "repeat_last_n": "-1"}
+            values |= {"presence_penalty": "0.5", "frequency_penalty": "0.25"}
+            for key, value in values.items():
+                screen.query_one(f"#{key}").value = value
+            screen.query_one("#sampler").focus()
+            await pilot.press("enter", "down", "enter")  # open the choice, pick the next one
+            assert screen.query_one("#sampler").value == "rejection"
+            await pilot.click("#apply")
+            await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "apply")
+            assert app.sampling == SamplingParams(
+                temperature=0.8, seed=42, sampler="rejection", repeat_penalty=1.1, repeat_last_n=-1,
+                presence_penalty=0.5, frequency_penalty=0.25,
+            )  # fmt: skip
+            notice = list(app._notifications)[-1].message
+            assert "rejection T=0.8" in notice and "Seed 42 from the next reply" in notice
+            # reopened, the dialog shows them; "random" (or nothing) goes back to a seed per reply
+            await pilot.press("f3")
+            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
+            assert screen.query_one("#seed").value == "42"
+            assert screen.query_one("#sampler").value == "rejection"
+            assert screen.query_one("#repeat_last_n").value == "-1"
+            screen.query_one("#seed").value = ""
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "apply")
+            assert app.sampling.seed is None and app.sampling.repeat_penalty == 1.1
+
+    run(body())
+
+
+def test_tune_dialog_refuses_bad_values_and_changes_nothing() -> None:
+    bad = [
+        ("seed", "abc", "seed: 'abc' is not \"random\" or a whole number"),
+        ("seed", "-1", "seed = -1 is out of bounds"),
+        ("temperature", "warm", "temperature: 'warm' is not a number"),
+        ("repeat_penalty", "0", "repeat_penalty = 0.0 is out of bounds"),
+        ("repeat_last_n", "-2", "repeat_last_n = -2 is out of bounds"),
+        ("repeat_last_n", "1.5", "repeat_last_n: '1.5' is not a whole number"),
+        ("presence_penalty", "nan", "presence_penalty = nan is out of bounds"),
+        ("frequency_penalty", "1e9", "frequency_penalty = 1000000000.0 is out of bounds"),
+    ]
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        before = app.sampling
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f3")
+            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
+            for key, value, message in bad:
+                field = screen.query_one(f"#{key}")
+                good, field.value = field.value, value
+                field.focus()
+                await pilot.press("enter")
+                assert app.screen is screen, key
+                assert message in str(screen.query_one("#tune-error").render()), (key, value)
+                assert app.sampling is before
+                field.value = good
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "cancel")
+            assert app.sampling is before
+
+    run(body())
+
+
 def test_system_prompt_dialog_ctrl_s_saves_the_prompt_not_the_transcript() -> None:
     async def body() -> None:
         app = replay_app()
@@ -280,6 +352,24 @@ def test_palette_lists_actions_with_their_keys() -> None:
                 assert expected in titles
             assert any(t.startswith("Set temperature") for t in titles)
             await pilot.pause()
+
+    run(body())
+
+
+def test_palette_reaches_every_tune_field() -> None:
+    async def body() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            from skippy_tui.ui.commands import SkippyCommands
+
+            actions = {action for _, _, action in SkippyCommands(app.screen)._commands()}
+            for key, _ in TUNE_FIELDS:
+                assert f"tune('{key}')" in actions
+                await app.run_action(f"tune('{key}')")
+                screen = await wait_for_screen(pilot, app, TuneScreen, 5)
+                assert app.focused is screen.query_one(f"#{key}"), key
+                await pilot.press("escape")
+                await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "close")
 
     run(body())
 

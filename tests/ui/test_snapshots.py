@@ -14,7 +14,7 @@ from ui_helpers import CHAT_JSON, SIZE, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
-from skippy_tui.ui.screens import ErrorScreen, InspectorScreen
+from skippy_tui.ui.screens import ErrorScreen, InspectorScreen, TuneScreen
 
 
 def replay_app() -> SkippyApp:
@@ -23,6 +23,8 @@ def replay_app() -> SkippyApp:
 
 async def _steady(pilot) -> None:
     pilot.app.query_one("PromptInput").cursor_blink = False
+    for field in pilot.app.screen.query("Input"):  # a dialog's fields
+        field.cursor_blink = False
     await pilot.wait_for_scheduled_animations()
     await pilot.pause()
 
@@ -53,6 +55,15 @@ def test_inspector(snap_compare) -> None:
         table.move_cursor(row=first_rejection)
         await pilot.press("enter")
         await wait_for_screen(pilot, app, InspectorScreen, 10)
+        await _steady(pilot)
+
+    assert snap_compare(replay_app(), terminal_size=SIZE, run_before=run_before)
+
+
+def test_tune_dialog(snap_compare) -> None:
+    async def run_before(pilot) -> None:
+        await pilot.press("f3")
+        await wait_for_screen(pilot, pilot.app, TuneScreen, 10)
         await _steady(pilot)
 
     assert snap_compare(replay_app(), terminal_size=SIZE, run_before=run_before)
