@@ -386,7 +386,8 @@ class SkippyApp(App[None]):
     @on(SpeculationPanel.InspectStep)
     def _inspect(self, event: SpeculationPanel.InspectStep) -> None:
         if event.steps:
-            self.push_screen(InspectorScreen(event.steps, event.index))
+            started = self._shown.entry.started if self._shown is not None else None
+            self.push_screen(InspectorScreen(event.steps, event.index, started))
 
     def _update_status(self) -> None:
         bar = self.query_one(StatusBar)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rich.style import Style
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -16,10 +17,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Input, Label, OptionList, Select, Static, TextArea
 
 from ..engine.errors import BoundsError, IncompatibleModelsError, ModelFileError, SkippyError
-from ..engine.events import StepVerified
+from ..engine.events import ReplyStarted, StepVerified
 from ..engine.sampling import SAMPLERS, SamplingParams
 from ..engine.settings import SpeculationSettings
-from ..transcript import number
+from ..transcript import number, reply_seed, reproduce_flags, reproduce_note, sampling_label, settings_at
 from .render import fg, visible
 
 
@@ -92,10 +93,11 @@ class InspectorScreen(ModalScreen[None]):
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"inspector--accepted", "inspector--rejected", "inspector--chosen"}
 
-    def __init__(self, steps: list[StepVerified], index: int) -> None:
+    def __init__(self, steps: list[StepVerified], index: int, started: ReplyStarted | None = None) -> None:
         super().__init__()
         self.steps = steps
         self.index = index
+        self.started = started  # the reply's start: its sampling settings and seed
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="inspector"):
@@ -105,7 +107,7 @@ class InspectorScreen(ModalScreen[None]):
 
     def on_mount(self) -> None:
         table = self.query_one("#topk", DataTable)
-        for label in ("rank", "draft token", "draft p", "target token", "target p"):
+        for label in ("rank", "draft token", "draft p (raw)", "target token", "target p (raw)"):
             table.add_column(label, key=label)
         self._show()
 
@@ -140,7 +142,8 @@ class InspectorScreen(ModalScreen[None]):
         head.append("committed    ", style="bold")
         c = st.committed
         head.append(f"{visible(c.text) if c else '∅'}", style=chosen)
-        head.append(f"  ({st.commit_kind}, id {c.id if c else '—'})")
+        head.append(f"  ({st.commit_kind}, id {c.id if c else '—'})\n")
+        self._sampling_lines(head, st, bad_style)
         self.query_one("#inspect-head", Static).update(head)
 
         table = self.query_one("#topk", DataTable)
@@ -173,6 +176,40 @@ class InspectorScreen(ModalScreen[None]):
                 if st.proposed
                 else "A plain step: no proposal (speculation off or no room)."
             )
+
+    def _sampling_lines(self, head: Text, st: StepVerified, bad_style: Style) -> None:
+        """The first rejection's probabilities side by side, the step's sampling, the reply's seed."""
+        settings = settings_at(self.started, self.steps, self.index)
+        if st.n_accepted < len(st.proposed):
+            rejected = st.proposed[st.n_accepted]
+            q, p = rejected.prob, st.p_target
+            head.append("rejected     ", style="bold")
+            head.append(visible(rejected.text), style=bad_style)
+            head.append(f"  draft p={_prob(q, 'n-gram' if st.draft_source == 'ngram' else 'not recorded')}")
+            head.append(f"  target p={_prob(p, 'not recorded')}")
+            if settings.get("sampler") == "rejection" and settings.get("temperature") and p is not None and q:
+                head.append(f"  accepted with min(1, p/q) = {min(1.0, p / q):.3f}")
+            if settings.get("temperature"):
+                # the top-k table below is each model's raw softmax, so its numbers differ from these
+                head.append("  (as sampled: filters and T applied)", style="dim")
+            head.append("\n")
+        head.append("sampling     ", style="bold")
+        head.append(sampling_label(settings) if settings else "not recorded")
+        if st.sampling is not None:
+            head.append("  (changed at this step, F3)", style="bold")
+        head.append("\nseed         ", style="bold")
+        seed = reply_seed(self.started)
+        if seed is None:
+            head.append("not recorded (this transcript predates per-reply seeds)")
+            return
+        head.append(f"{seed[0]} ({'fixed' if seed[1] else 'drawn for this reply'})\n")
+        head.append("reproduce    ", style="bold")
+        note = reproduce_note(self.started, self.steps)
+        head.append(reproduce_flags(self.started) + (f"  {note}" if note else ""))
+
+
+def _prob(p: float | None, missing: str) -> str:
+    return f"{p:.3f}" if p is not None else f"— ({missing})"
 
 
 class SystemPromptScreen(ModalScreen["str | None"]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ui_helpers import CHAT_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
+from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.cli import build_parser, main
 from skippy_tui.config import Config, ConfigError, config_path
@@ -18,13 +18,20 @@ from skippy_tui.ui.screens import TUNE_FIELDS, ErrorScreen, InspectorScreen, Sys
 from skippy_tui.ui.themes import UiState, load_themes
 
 
-def replay_app(config: Config | None = None) -> SkippyApp:
-    return SkippyApp(
-        config or ui_config(),
-        transcript=Transcript.load(CHAT_JSON),
-        transcript_path=CHAT_JSON,
-        load_models=False,
-    )
+def replay_app(config: Config | None = None, path: Path = CHAT_JSON) -> SkippyApp:
+    return SkippyApp(config or ui_config(), transcript=Transcript.load(path), transcript_path=path, load_models=False)
+
+
+async def _inspect(app: SkippyApp, pilot, row: int) -> InspectorScreen:
+    table = app.panel.timeline
+    table.focus()
+    table.move_cursor(row=row)
+    await pilot.press("enter")
+    return await wait_for_screen(pilot, app, InspectorScreen, 5)
+
+
+def _head(screen: InspectorScreen) -> str:
+    return str(screen.query_one("#inspect-head").render())
 
 
 def test_replay_shows_recorded_steps_without_models() -> None:
@@ -80,6 +87,83 @@ def test_inspector_shows_top_k_at_the_first_rejection() -> None:
             assert screen.index == idx + 1
             await pilot.press("escape")
             await wait_until(pilot, lambda: not isinstance(app.screen, InspectorScreen), 5, "close")
+
+    run(body())
+
+
+def test_inspector_shows_both_probabilities_at_the_rejection_and_the_seed() -> None:
+    saved = Transcript.load(SAMPLED_JSON)
+
+    async def body() -> None:
+        app = replay_app(path=SAMPLED_JSON)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.click(app.query(AssistantMessage).first())
+            await wait_until(pilot, lambda: app.panel.timeline.steps == saved.entries[1].steps, 5, "reply 1 steps")
+            reply = saved.entries[1]
+            idx = next(i for i, s in enumerate(reply.steps) if s.n_accepted < len(s.proposed))
+            st = reply.steps[idx]
+            assert st.p_target is not None  # recorded by the engine at the first rejection
+            head = _head(await _inspect(app, pilot, idx))
+            q = st.proposed[st.n_accepted].prob
+            assert f"draft p={q:.3f}  target p={st.p_target:.3f}" in head
+            assert "as sampled: filters and T applied" in head  # not the raw softmax of the table
+            seed = reply.started.sampling["seed"]
+            assert reply.finish.seed == seed
+            assert f"seed         {seed} (drawn for this reply)" in head
+            assert f"reproduce    --seed {seed} --temperature 0.8" in head
+            assert "sampling     coupled T=0.8" in head
+            await pilot.press("escape")
+
+    run(body())
+
+
+def test_inspector_and_panel_mark_a_mid_reply_sampling_change() -> None:
+    saved = Transcript.load(SAMPLED_JSON)
+    reply = saved.entries[3]
+    changed = next(i for i, s in enumerate(reply.steps) if s.sampling is not None)
+
+    async def body() -> None:
+        app = replay_app(path=SAMPLED_JSON)
+        async with app.run_test(size=SIZE) as pilot:
+            timeline = app.panel.timeline
+            assert timeline.steps == reply.steps
+            marks = [str(timeline.get_row_at(i)[0]).startswith("*") for i in range(timeline.row_count)]
+            assert marks == [s.sampling is not None for s in reply.steps] and any(marks)
+            changes = str(app.query_one("#changes").render())
+            assert app.query_one("#changes").display
+            assert f"from step {reply.steps[changed].index}: coupled T=0.3, repeat_penalty 1.1" in changes
+            # the inspector: the new settings from that step on, the old ones before it
+            screen = await _inspect(app, pilot, changed)
+            head = _head(screen)
+            assert "coupled T=0.3, repeat_penalty 1.1  (changed at this step, F3)" in head
+            assert "seed         1234 (fixed)" in head
+            assert f"--seed 1234 --temperature 0.8  up to step {reply.steps[changed].index}" in head
+            await pilot.press("left")
+            assert "sampling     coupled T=0.8\n" in _head(screen)
+            await pilot.press("right", "right")
+            assert "coupled T=0.3, repeat_penalty 1.1\n" in _head(screen)  # still in effect, not a change
+            await pilot.press("escape")
+            # a reply without changes hides the line and marks nothing
+            await pilot.click(app.query(AssistantMessage).first())
+            await wait_until(pilot, lambda: timeline.steps == saved.entries[1].steps, 5, "reply 1 steps")
+            assert not app.query_one("#changes").display
+            assert not any(str(timeline.get_row_at(i)[0]).startswith("*") for i in range(timeline.row_count))
+
+    run(body())
+
+
+def test_old_transcript_without_seeds_replays_and_says_what_is_missing() -> None:
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=SIZE) as pilot:
+            steps = app.panel.timeline.steps
+            assert all(s.p_target is None and s.sampling is None for s in steps)
+            assert not app.query_one("#changes").display
+            idx = next(i for i, s in enumerate(steps) if s.n_accepted < len(s.proposed))
+            head = _head(await _inspect(app, pilot, idx))
+            assert "target p=— (not recorded)" in head
+            assert "sampling     greedy" in head
+            assert "seed         not recorded" in head and "--seed" not in head
 
     run(body())
 
