@@ -282,7 +282,7 @@ def reproduce_note(started: ReplyStarted | None, steps: list[StepVerified]) -> s
     """What limits :func:`reproduce_flags`, as words after "reproduces it"; "" for nothing."""
     changes = sampling_changes(steps)
     if changes:
-        return f"up to step {changes[0].index} (the settings changed there)"
+        return f"up to step {changes[0].index}, where the settings changed"
     s = started.sampling if started is not None else {}
     if started is not None and s.get("sampler") == "rejection" and s.get("temperature") and started.n_draft == "auto":
         return "only roughly: the rejection sampler's draws follow each step's k, which auto picks by timing"

@@ -78,8 +78,9 @@ def test_markdown_says_each_replys_sampler_seed_and_changes() -> None:
     changed = next(s.index for s in t.entries[3].steps if s.sampling is not None)
     assert (
         "> sampling: coupled T=0.8 · seed 1234 (fixed; `--seed 1234 --temperature 0.8` reproduces it "
-        f"up to step {changed} (the settings changed there)) · from step {changed}: coupled T=0.3, repeat_penalty 1.1"
+        f"up to step {changed}, where the settings changed) · from step {changed}: coupled T=0.3, repeat_penalty 1.1"
     ) in md
+    assert SAMPLED_JSON.with_suffix(".md").read_text("utf-8") == md  # the Markdown saved beside it
     # an old transcript: the sampling it recorded, no seed claimed
     old = Transcript.load(CHAT_JSON).to_markdown()
     assert old.count("> sampling: greedy\n") == 2 and "seed" not in old
