@@ -11,8 +11,10 @@ and tests all use this module.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
@@ -22,6 +24,7 @@ from typing import Any
 from .engine.errors import SkippyError
 from .engine.events import Event, ReplyFinished, ReplyStarted, StepVerified, TextSpan, event_from_dict
 from .engine.jsoncache import atomic_write_text
+from .engine.sampling import SamplingParams
 from .engine.stats import AcceptanceStats
 
 FORMAT = "skippy-tui-transcript"
@@ -152,6 +155,9 @@ class Transcript:
             lines += ["", f"## {'You' if e.role == 'user' else e.role.capitalize()}", "", e.content]
             if e.role == "assistant" and e.finish is not None:
                 lines += ["", f"> {reply_summary(e.finish)}"]
+                sampling = sampling_summary(e)
+                if sampling:
+                    lines += [">", f"> {sampling}"]
         return "\n".join(lines).rstrip() + "\n"
 
     # -- files -----------------------------------------------------------------------
@@ -214,6 +220,111 @@ def reply_summary(fin: ReplyFinished) -> str:
     if fin.error:
         parts.append(fin.error)
     return " · ".join(parts)
+
+
+# the SamplingParams fields a recorded settings dict holds, and their defaults
+_SAMPLING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SamplingParams) if f.name != "seed"}
+
+
+def sampling_label(settings: Mapping[str, Any]) -> str:
+    """Recorded sampling settings in a few words: ``coupled T=0.8``, ``greedy``,
+    then the filters and penalties that differ from the defaults.
+
+    Settings recorded before the sampler was (no ``sampler`` key) say ``T=0.8``.
+    """
+    t = settings.get("temperature", 0.0)
+    if not t:
+        head = "greedy"
+    elif "sampler" in settings:
+        head = f"{settings['sampler']} T={number(t)}"
+    else:
+        head = f"T={number(t)}"
+    extra = [
+        f"{key} {number(settings[key])}"
+        for key, default in _SAMPLING_DEFAULTS.items()
+        if key not in ("temperature", "sampler") and key in settings and settings[key] != default
+    ]
+    return ", ".join([head, *extra])
+
+
+def reply_seed(started: ReplyStarted | None) -> tuple[int, bool] | None:
+    """The reply's seed and whether it was fixed (rather than drawn for the reply);
+    None for a transcript from before seeds were recorded per reply."""
+    settings = started.sampling if started is not None else {}
+    seed = settings.get("seed")
+    if "seed_fixed" not in settings or not isinstance(seed, int):
+        return None
+    return seed, bool(settings["seed_fixed"])
+
+
+def reproduce_flags(started: ReplyStarted | None) -> str:
+    """The flags that sample the reply again: ``--seed N`` and every setting that
+    differs from the default (those it started with); "" without a recorded seed.
+
+    The rejection sampler's draws depend on each step's k, so its flags also fix
+    ``--n-draft`` (a reply under ``auto`` cannot be pinned: its k follows timings).
+    """
+    seed = reply_seed(started)
+    if seed is None or started is None:
+        return ""
+    flags = [f"--seed {seed[0]}"]
+    for key, default in _SAMPLING_DEFAULTS.items():
+        value = started.sampling.get(key, default)
+        if value != default:
+            flags.append(f"--{key.replace('_', '-')} {number(value)}")
+    s = started.sampling
+    if s.get("sampler") == "rejection" and s.get("temperature") and isinstance(started.n_draft, int):
+        flags.append(f"--n-draft {started.n_draft}")
+    return " ".join(flags)
+
+
+def reproduce_note(started: ReplyStarted | None, steps: list[StepVerified]) -> str:
+    """What limits :func:`reproduce_flags`, as words after "reproduces it"; "" for nothing."""
+    changes = sampling_changes(steps)
+    if changes:
+        return f"up to step {changes[0].index}, where the settings changed"
+    s = started.sampling if started is not None else {}
+    if started is not None and s.get("sampler") == "rejection" and s.get("temperature") and started.n_draft == "auto":
+        return "only roughly: the rejection sampler's draws follow each step's k, which auto picks by timing"
+    return ""
+
+
+def sampling_changes(steps: list[StepVerified]) -> list[StepVerified]:
+    """The steps where the sampling settings changed mid-reply (F3)."""
+    return [st for st in steps if st.sampling is not None]
+
+
+def settings_at(started: ReplyStarted | None, steps: list[StepVerified], index: int) -> dict[str, Any]:
+    """The sampling settings step ``steps[index]`` ran with: the last change at or
+    before it, else what the reply started with ({} when nothing was recorded)."""
+    for st in reversed(steps[: index + 1]):
+        if st.sampling is not None:
+            return st.sampling
+    return dict(started.sampling) if started is not None else {}
+
+
+def sampling_summary(entry: Entry) -> str:
+    """One line on how a reply was sampled (Markdown transcript): settings, seed,
+    how to reproduce it, and where F3 changed the settings. "" when nothing was recorded."""
+    started = entry.started
+    if started is None or not started.sampling:
+        return ""
+    parts = [f"sampling: {sampling_label(started.sampling)}"]
+    seed = reply_seed(started)
+    if seed is not None:
+        how = "fixed" if seed[1] else "drawn for this reply"
+        note = reproduce_note(started, entry.steps)
+        parts.append(f"seed {seed[0]} ({how}; `{reproduce_flags(started)}` reproduces it{f' {note}' if note else ''})")
+    for st in sampling_changes(entry.steps):
+        parts.append(f"from step {st.index}: {sampling_label(st.sampling or {})}")
+    return " · ".join(parts)
+
+
+def number(value: Any) -> str:
+    """A setting's value as it is typed: ``0.8``, ``64``, ``1`` (not ``1.0``)."""
+    if isinstance(value, float) and float(f"{value:g}") == value:
+        return f"{value:g}"
+    return str(value)
 
 
 def reply_stats(events: list[Event]) -> AcceptanceStats:

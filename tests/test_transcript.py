@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy_tui.engine.events import ReplyFinished, StepVerified
+from skippy_tui.engine.events import ReplyFinished, ReplyStarted, StepVerified, SyncInfo
 from skippy_tui.transcript import (
     Entry,
     Transcript,
@@ -17,9 +18,13 @@ from skippy_tui.transcript import (
     atomic_write_text,
     new_transcript_path,
     reply_stats,
+    reproduce_flags,
+    reproduce_note,
+    sampling_label,
 )
 
 CHAT_JSON = Path(__file__).parent / "ui" / "fixtures" / "chat.json"
+SAMPLED_JSON = CHAT_JSON.with_name("chat_sampled.json")  # with seeds, p_target and a mid-reply change
 
 
 def test_fixture_loads_with_every_event_typed() -> None:
@@ -60,6 +65,44 @@ def test_markdown_has_models_and_per_reply_stats() -> None:
     assert "**target**: " in md and "(F32)" in md and "(Q4_1)" in md
     assert md.count("> 32 tokens · 8 steps · acceptance") == 2
     assert "finished: max_tokens" in md
+
+
+def test_markdown_says_each_replys_sampler_seed_and_changes() -> None:
+    t = Transcript.load(SAMPLED_JSON)
+    assert Transcript.from_dict(json.loads(json.dumps(t.to_dict()))) == t  # the new fields round-trip
+    md = t.to_markdown()
+    seed = t.entries[1].finish.seed
+    assert isinstance(seed, int) and seed == t.entries[1].started.sampling["seed"]
+    expected = f"> sampling: coupled T=0.8 · seed {seed} (drawn for this reply; `--seed {seed} --temperature 0.8`"
+    assert expected + " reproduces it)" in md
+    changed = next(s.index for s in t.entries[3].steps if s.sampling is not None)
+    assert (
+        "> sampling: coupled T=0.8 · seed 1234 (fixed; `--seed 1234 --temperature 0.8` reproduces it "
+        f"up to step {changed}, where the settings changed) · from step {changed}: coupled T=0.3, repeat_penalty 1.1"
+    ) in md
+    assert SAMPLED_JSON.with_suffix(".md").read_text("utf-8") == md  # the Markdown saved beside it
+    # an old transcript: the sampling it recorded, no seed claimed
+    old = Transcript.load(CHAT_JSON).to_markdown()
+    assert old.count("> sampling: greedy\n") == 2 and "seed" not in old
+
+
+def test_reproduce_flags_name_every_non_default_setting() -> None:
+    def started(n_draft: int | str = 4, **sampling: object) -> ReplyStarted:
+        base = {"temperature": 0.8, "sampler": "coupled", "seed": 7, "seed_fixed": False, "repeat_last_n": 64}
+        return ReplyStarted(1, 10, 4096, SyncInfo("reset", 0, 9), 1.0, True, "model", n_draft, base | sampling)
+
+    assert reproduce_flags(started()) == "--seed 7 --temperature 0.8"
+    assert reproduce_flags(started(top_k=20, repeat_penalty=1.1, repeat_last_n=-1)) == (
+        "--seed 7 --temperature 0.8 --top-k 20 --repeat-penalty 1.1 --repeat-last-n -1"
+    )
+    # the rejection sampler's draws follow each step's k: a fixed k is part of the recipe, auto cannot be
+    assert reproduce_flags(started(sampler="rejection")) == "--seed 7 --temperature 0.8 --sampler rejection --n-draft 4"
+    assert "only roughly" in reproduce_note(started("auto", sampler="rejection"), [])
+    assert reproduce_note(started(), []) == ""
+    legacy = dataclasses.replace(started(), sampling={"temperature": 0.8, "seed": 0})  # no seed_fixed: pre-seeds
+    assert reproduce_flags(legacy) == reproduce_flags(None) == ""
+    assert sampling_label({"temperature": 0.0, "sampler": "rejection"}) == "greedy"
+    assert sampling_label({"temperature": 0.7}) == "T=0.7"  # recorded before samplers were
 
 
 def test_reply_stats_match_the_recorded_totals() -> None:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rich.cells import cell_len
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
@@ -34,7 +35,16 @@ from ..engine.events import ReplyFinished, ReplyStarted, StepVerified
 from ..engine.sampling import SamplingParams
 from ..engine.settings import GenerationSettings
 from ..engine.stats import AcceptanceStats
-from ..transcript import Entry, Transcript, TranscriptError, count, new_transcript_path, reply_stats, versions
+from ..transcript import (
+    Entry,
+    Transcript,
+    TranscriptError,
+    count,
+    new_transcript_path,
+    reply_stats,
+    sampling_label,
+    versions,
+)
 from .chat import AssistantMessage, ChatView, MessageWidget, SystemNote, UserMessage, Welcome
 from .commands import SkippyCommands
 from .messages import EngineEvent, LoadProgress
@@ -46,6 +56,7 @@ from .themes import UiState, load_themes
 
 FLUSH_HZ = 20
 PANEL_HZ = 4
+STATUS_NAME_WIDTHS = (28, 22, 16, 12, 8)  # model name widths the status bar tries, widest first
 # the app's own actions: off while a dialog (not the command palette) is open
 CHAT_ACTIONS = frozenset(
     {"stop", "new_chat", "regenerate", "edit_last", "system_prompt", "tune", "toggle_speculation"}
@@ -62,19 +73,37 @@ class LiveGeneration:
     """:class:`GenerationSettings` whose sampling is read afresh at every step.
 
     The engine reads ``gen.sampling`` each time it verifies a step, so handing it
-    this object makes a temperature change apply from the next step, as
-    ``Speculator.update`` does for n_draft and p_min. Length and stop strings
-    stay fixed for the reply.
+    this object makes a sampling change (F3) apply from the next step, as
+    ``Speculator.update`` does for n_draft and p_min. The seed is the one the
+    reply started with: a new seed applies from the next reply, so setting it
+    mid-reply is no change for this one (the engine would record it as one).
+    Length and stop strings stay fixed for the reply.
     """
 
     def __init__(self, base: GenerationSettings, app: SkippyApp) -> None:
         self.max_tokens = base.max_tokens
         self.stop = base.stop
         self._app = app
+        self._seed = app.sampling.seed
+        self._seen = self._pinned = app.sampling
 
     @property
     def sampling(self) -> SamplingParams:
-        return self._app.sampling
+        live = self._app.sampling
+        if live is not self._seen:  # changed by F3: build the pinned copy once per change
+            pinned = live if live.seed == self._seed else dataclasses.replace(live, seed=self._seed)
+            self._seen, self._pinned = live, pinned
+        return self._pinned
+
+
+def tune_notice(values: dict[str, Any], before: SamplingParams) -> str:
+    """What F3 set, and from when: everything from the next step, a new seed from the next reply."""
+    s: SamplingParams = values["sampling"]
+    text = f"n_draft={values['n_draft']} p_min={values['p_min']:g} · {sampling_label(dataclasses.asdict(s))}"
+    text += " from the next step."
+    if s.seed != before.seed:
+        text += f" Seed {'random' if s.seed is None else s.seed} from the next reply."
+    return text
 
 
 class StatusBar(Static):
@@ -357,18 +386,33 @@ class SkippyApp(App[None]):
     @on(SpeculationPanel.InspectStep)
     def _inspect(self, event: SpeculationPanel.InspectStep) -> None:
         if event.steps:
-            self.push_screen(InspectorScreen(event.steps, event.index))
+            started = self._shown.entry.started if self._shown is not None else None
+            self.push_screen(InspectorScreen(event.steps, event.index, started))
 
     def _update_status(self) -> None:
+        bar = self.query_one(StatusBar)
+        width = bar.content_region.width or self.size.width - 2
+        # the bar is one line: model names shrink first, so speculation and sampling stay in view
+        for name_width in STATUS_NAME_WIDTHS:
+            text = " │ ".join(self._status_parts(name_width))
+            if cell_len(text) <= width:
+                break
+        bar.update(text)
+
+    def on_resize(self) -> None:
+        if self.query(StatusBar):  # a resize can come before the layout is composed
+            self._update_status()
+
+    def _status_parts(self, name_width: int) -> list[str]:
         parts: list[str] = []
         spec = self.speculator
         if spec is not None:
             from ..engine.native import backend_name
 
             t, d = spec.target_info, spec.draft_info
-            parts.append(f"target {short_name(t.name)} {t.file_type}" if t else "target ?")
+            parts.append(f"target {short_name(t.name, name_width)} {t.file_type}" if t else "target ?")
             if d is not None:
-                parts.append(f"draft {short_name(d.name)} {d.file_type}")
+                parts.append(f"draft {short_name(d.name, name_width)} {d.file_type}")
             else:
                 parts.append(f"draft: {spec.drafter.source}" if spec.drafter is not None else "no draft")
             parts.append(backend_name())
@@ -378,6 +422,7 @@ class SkippyApp(App[None]):
             s = spec.speculation
             on_ = s.enabled and spec.drafter is not None
             parts.append(f"spec {'on' if on_ else 'off'}" + (f" k={s.n_draft} p_min={s.p_min:g}" if on_ else ""))
+            parts.append(self._sampling_status())
             verdict = spec.verdict() if on_ else None
             if verdict is not None:
                 parts.append(f"≈{verdict:.2f}× plain")
@@ -386,7 +431,6 @@ class SkippyApp(App[None]):
                 # verify batches longer than inv.rows are split to stay bit-exact
                 rows = "" if inv.rows is None else " ≤1 row" if inv.rows == 1 else f" ≤{inv.rows} rows"
                 parts.append("exact" + rows)
-            parts.append(f"T={self.sampling.temperature:g}")
         else:
             models = self.transcript.models
             if self.replay or models:
@@ -395,11 +439,21 @@ class SkippyApp(App[None]):
                 for role in ("target", "draft"):
                     m = models.get(role)
                     if m:
-                        parts.append(f"{role} {short_name(m.get('name', '?'))} {m.get('file_type', '')}")
+                        parts.append(f"{role} {short_name(m.get('name', '?'), name_width)} {m.get('file_type', '')}")
                 if models.get("backend"):
                     parts.append(f"recorded on {models['backend']}")
             parts.append("loading models…" if self.loading else "no models loaded (f5 loads them)")
-        self.query_one(StatusBar).update(" │ ".join(parts))
+        return parts
+
+    def _sampling_status(self) -> str:
+        """The sampler and temperature (``coupled T=0.8``, ``greedy``), a fixed seed, penalties."""
+        s = self.sampling
+        out = s.label()
+        if s.seed is not None:
+            out += f" seed {s.seed}"
+        if s.penalised:
+            out += " +penalties"
+        return out
 
     def _last_tps(self) -> float:
         for e in reversed(self.transcript.entries):
@@ -659,28 +713,23 @@ class SkippyApp(App[None]):
         spec = self.speculator
         n_draft = spec.speculation.n_draft if spec is not None else self.config.get("speculation", "n_draft")
         p_min = spec.speculation.p_min if spec is not None else self.config.get("speculation", "p_min")
+        before = self.sampling
 
-        def done(values: dict | None) -> None:
-            if not values:
-                return
-            try:
-                if spec is not None:
-                    spec.update(n_draft=values["n_draft"], p_min=values["p_min"])
-                else:
-                    self.config.set("speculation", "n_draft", values["n_draft"])
-                    self.config.set("speculation", "p_min", values["p_min"])
-                self.sampling = dataclasses.replace(self.sampling, temperature=values["temperature"])
-            except SkippyError as e:
-                self.notify(str(e), severity="error")
-                return
-            self.notify(
-                f"n_draft={values['n_draft']} p_min={values['p_min']:g} temperature={values['temperature']:g}"
-                " from the next step.",
-                timeout=3,
-            )
-            self._update_status()
+        def apply(values: dict[str, Any]) -> None:
+            # raises SkippyError (shown in the dialog) before anything changes
+            if spec is not None:
+                spec.update(n_draft=values["n_draft"], p_min=values["p_min"])
+            else:
+                self.config.set("speculation", "n_draft", values["n_draft"])
+                self.config.set("speculation", "p_min", values["p_min"])
+            self.sampling = values["sampling"]
 
-        self.push_screen(TuneScreen(n_draft, p_min, self.sampling.temperature, focus), done)
+        def done(values: dict[str, Any] | None) -> None:
+            if values:
+                self.notify(tune_notice(values, before), timeout=4)
+                self._update_status()
+
+        self.push_screen(TuneScreen(n_draft, p_min, self.sampling, focus, apply), done)
 
     def action_toggle_origin(self) -> None:
         self.color_origin = not self.color_origin

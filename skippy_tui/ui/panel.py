@@ -13,8 +13,11 @@ from textual.widgets import DataTable, Label, Static
 
 from ..engine.events import StepVerified
 from ..engine.stats import AcceptanceStats
+from ..transcript import sampling_changes, sampling_label
 from .render import commit_cell, fg, proposal_cell, stats_table, step_bars
 
+# marks a step from which the sampling settings changed mid-reply (F3)
+CHANGED = "*"
 COLUMNS = (("#", "index"), ("sync", "sync"), ("proposal", "proposal"), ("+", "commit"), ("d/v ms", "ms"))
 
 
@@ -33,6 +36,7 @@ class Timeline(DataTable):
         "step--sep",
         "step--sync",
         "step--ms",
+        "step--changed",
     }
     BINDINGS: ClassVar[list[BindingType]] = [("enter", "select_cursor", "Inspect step")]
 
@@ -54,8 +58,12 @@ class Timeline(DataTable):
     def _row(self, st: StepVerified) -> tuple[Text, ...]:
         style = self.get_component_rich_style
         ms = fg(style("step--ms"))
+        index = Text(str(st.index), style=ms, justify="right")
+        if st.sampling is not None:  # F3 changed the sampling settings from this step on
+            index = Text(CHANGED, style=fg(style("step--changed"))) + index
+            index.justify = "right"
         return (
-            Text(str(st.index), style=ms, justify="right"),
+            index,
             Text(st.sync.label(), style=fg(style("step--sync"))),
             proposal_cell(
                 st,
@@ -107,6 +115,7 @@ class SpeculationPanel(Vertical):
     def compose(self) -> ComposeResult:
         yield Label("no reply yet", id="panel-title")
         yield Timeline(id="timeline")
+        yield Static("", id="changes")
         yield Label("accepted per step", id="spark-label")
         yield Static("", id="spark")
         yield Static("", id="stats")
@@ -124,12 +133,15 @@ class SpeculationPanel(Vertical):
         self.query_one("#panel-title", Label).update(title)
         self.timeline.set_steps(steps)
         self.reply_stats = stats
+        self._changes()
         self._spark()
         self.refresh_stats()
 
     def add_steps(self, steps: list[StepVerified], stats: AcceptanceStats) -> None:
         self.timeline.add_steps(steps)
         self.reply_stats = stats
+        if any(st.sampling is not None for st in steps):
+            self._changes()
         self._spark()
         self.refresh_stats()
 
@@ -139,6 +151,15 @@ class SpeculationPanel(Vertical):
 
     def set_title(self, title: str) -> None:
         self.query_one("#panel-title", Label).update(title)
+
+    def _changes(self) -> None:
+        """Under the timeline, where the sampling settings changed and to what (hidden when they did not)."""
+        changes = sampling_changes(self.timeline.steps)
+        line = self.query_one("#changes", Static)
+        line.display = bool(changes)
+        if changes:
+            where = "; ".join(f"step {st.index}: {sampling_label(st.sampling or {})}" for st in changes)
+            line.update(f"{CHANGED} sampling changed (F3) from {where}")
 
     def _spark(self) -> None:
         """Accepted tokens per step as columns on an absolute 0..k scale (a Sparkline

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
+from rich.style import Style
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, DataTable, Input, Label, OptionList, Static, TextArea
+from textual.widgets import Button, DataTable, Input, Label, OptionList, Select, Static, TextArea
 
-from ..engine.errors import BoundsError, IncompatibleModelsError, ModelFileError
-from ..engine.events import StepVerified
+from ..engine.errors import BoundsError, IncompatibleModelsError, ModelFileError, SkippyError
+from ..engine.events import ReplyStarted, StepVerified
+from ..engine.sampling import SAMPLERS, SamplingParams
+from ..engine.settings import SpeculationSettings
+from ..transcript import number, reply_seed, reproduce_flags, reproduce_note, sampling_label, settings_at
 from .render import fg, visible
 
 
@@ -87,10 +93,11 @@ class InspectorScreen(ModalScreen[None]):
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"inspector--accepted", "inspector--rejected", "inspector--chosen"}
 
-    def __init__(self, steps: list[StepVerified], index: int) -> None:
+    def __init__(self, steps: list[StepVerified], index: int, started: ReplyStarted | None = None) -> None:
         super().__init__()
         self.steps = steps
         self.index = index
+        self.started = started  # the reply's start: its sampling settings and seed
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="inspector"):
@@ -100,7 +107,7 @@ class InspectorScreen(ModalScreen[None]):
 
     def on_mount(self) -> None:
         table = self.query_one("#topk", DataTable)
-        for label in ("rank", "draft token", "draft p", "target token", "target p"):
+        for label in ("rank", "draft token", "draft p (raw)", "target token", "target p (raw)"):
             table.add_column(label, key=label)
         self._show()
 
@@ -135,7 +142,8 @@ class InspectorScreen(ModalScreen[None]):
         head.append("committed    ", style="bold")
         c = st.committed
         head.append(f"{visible(c.text) if c else '∅'}", style=chosen)
-        head.append(f"  ({st.commit_kind}, id {c.id if c else '—'})")
+        head.append(f"  ({st.commit_kind}, id {c.id if c else '—'})\n")
+        self._sampling_lines(head, st, bad_style)
         self.query_one("#inspect-head", Static).update(head)
 
         table = self.query_one("#topk", DataTable)
@@ -168,6 +176,40 @@ class InspectorScreen(ModalScreen[None]):
                 if st.proposed
                 else "A plain step: no proposal (speculation off or no room)."
             )
+
+    def _sampling_lines(self, head: Text, st: StepVerified, bad_style: Style) -> None:
+        """The first rejection's probabilities side by side, the step's sampling, the reply's seed."""
+        settings = settings_at(self.started, self.steps, self.index)
+        if st.n_accepted < len(st.proposed):
+            rejected = st.proposed[st.n_accepted]
+            q, p = rejected.prob, st.p_target
+            head.append("rejected     ", style="bold")
+            head.append(visible(rejected.text), style=bad_style)
+            head.append(f"  draft p={_prob(q, 'n-gram' if st.draft_source == 'ngram' else 'not recorded')}")
+            head.append(f"  target p={_prob(p, 'not recorded')}")
+            if settings.get("sampler") == "rejection" and settings.get("temperature") and p is not None and q:
+                head.append(f"  accepted with min(1, p/q) = {min(1.0, p / q):.3f}")
+            if settings.get("temperature"):
+                # the top-k table below is each model's raw softmax, so its numbers differ from these
+                head.append("  (as sampled: filters and T applied)", style="dim")
+            head.append("\n")
+        head.append("sampling     ", style="bold")
+        head.append(sampling_label(settings) if settings else "not recorded")
+        if st.sampling is not None:
+            head.append("  (changed at this step, F3)", style="bold")
+        head.append("\nseed         ", style="bold")
+        seed = reply_seed(self.started)
+        if seed is None:
+            head.append("not recorded (this transcript predates per-reply seeds)")
+            return
+        head.append(f"{seed[0]} ({'fixed' if seed[1] else 'drawn for this reply'})\n")
+        head.append("reproduce    ", style="bold")
+        note = reproduce_note(self.started, self.steps)
+        head.append(reproduce_flags(self.started) + (f"  {note}" if note else ""))
+
+
+def _prob(p: float | None, missing: str) -> str:
+    return f"{p:.3f}" if p is not None else f"— ({missing})"
 
 
 class SystemPromptScreen(ModalScreen["str | None"]):
@@ -208,28 +250,81 @@ class SystemPromptScreen(ModalScreen["str | None"]):
         self.dismiss(None)
 
 
+# (key, help) of each tune field, in order; the sampler is a choice, the rest are typed
+TUNE_FIELDS: tuple[tuple[str, str], ...] = (
+    ("n_draft", "tokens per proposal (k), or auto"),
+    ("p_min", "stop drafting below this draft probability (0..1)"),
+    ("temperature", "0 = greedy"),
+    ("sampler", "coupled = plain sampling's reply; rejection = min(1, p/q)"),
+    ("seed", "random (new each reply) or a number · from the next reply"),
+    ("repeat_penalty", "1 = off"),
+    ("repeat_last_n", "tokens looked back: 0 = off, -1 = all"),
+    ("presence_penalty", "0 = off"),
+    ("frequency_penalty", "0 = off"),
+)
+_INT_FIELDS = frozenset({"n_draft", "repeat_last_n"})
+
+
+def parse_field(key: str, text: str) -> object:
+    """One tune field's text as its setting's value: ``auto``/``random`` words, whole
+    numbers, numbers. Bounds are checked later, by the settings themselves.
+
+    Raises:
+        ValueError: not a value of the field's kind (the message names the field).
+    """
+    if key == "n_draft" and text == "auto":
+        return "auto"
+    if key == "seed" and text in ("", "random"):
+        return None
+    whole = key in _INT_FIELDS or key == "seed"
+    try:
+        return int(text) if whole else float(text)
+    except ValueError:
+        kind = '"random" or a whole number' if key == "seed" else "a whole number" if whole else "a number"
+        raise ValueError(f"{key}: {text!r} is not {kind}") from None
+
+
 class TuneScreen(ModalScreen["dict | None"]):
-    """n_draft, p_min and temperature. Returns the checked values, or None when cancelled."""
+    """Speculation (n_draft, p_min) and sampling (temperature, sampler, seed, penalties).
+
+    Each value is checked by the settings it goes into; ``apply`` (when given)
+    then applies them and may still refuse (a :class:`SkippyError`, e.g. a k the
+    batch cannot hold). Any error shows in the dialog and nothing changes.
+    Returns ``{"n_draft", "p_min", "sampling"}`` once applied, or None when cancelled.
+    """
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss(None)", "Cancel")]
 
-    def __init__(self, n_draft: object, p_min: float, temperature: float, focus: str = "n_draft") -> None:
+    def __init__(
+        self,
+        n_draft: object,
+        p_min: float,
+        sampling: SamplingParams,
+        focus: str = "n_draft",
+        apply: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         super().__init__()
-        self.values = {"n_draft": str(n_draft), "p_min": f"{p_min:g}", "temperature": f"{temperature:g}"}
+        self.sampling = sampling
+        self.values = {"n_draft": str(n_draft), "p_min": number(p_min)}
+        for key, _ in TUNE_FIELDS:
+            if key not in self.values:  # a sampling field
+                value = getattr(sampling, key)
+                self.values[key] = "random" if key == "seed" and value is None else number(value)
         self.first = focus
+        self.apply = apply
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="dialog") as v:
+        with Vertical(id="dialog", classes="tune") as v:
             v.border_title = "Speculation and sampling"
-            v.border_subtitle = "applies from the next step · enter apply · esc cancel"
-            for key, help_text in (
-                ("n_draft", "tokens per proposal (k)"),
-                ("p_min", "stop drafting below this draft probability (0..1)"),
-                ("temperature", "0 = greedy"),
-            ):
+            v.border_subtitle = "from the next step (seed: next reply) · enter apply · esc cancel"
+            for key, help_text in TUNE_FIELDS:
                 with Horizontal(classes="field"):
-                    yield Label(f"{key:<12}", classes="field-label")
-                    yield Input(self.values[key], id=key)
+                    yield Label(key, classes="field-label")
+                    if key == "sampler":
+                        options = [(name, name) for name in SAMPLERS]
+                        yield Select(options, value=self.values[key], allow_blank=False, id=key, compact=True)
+                    else:
+                        yield Input(self.values[key], id=key, compact=True)
                     yield Label(help_text, classes="field-help")
             yield Static("", id="tune-error")
             with Horizontal(classes="buttons"):
@@ -237,33 +332,36 @@ class TuneScreen(ModalScreen["dict | None"]):
                 yield Button("Cancel", id="cancel")
 
     def on_mount(self) -> None:
-        self.query_one(f"#{self.first}", Input).focus()
+        self.query_one(f"#{self.first}").focus()
 
-    def _values(self) -> dict | None:
-        from ..engine.sampling import SamplingParams
-        from ..engine.settings import SpeculationSettings
+    def _values(self) -> dict[str, Any]:
+        """The fields as settings.
 
-        raw = {k: self.query_one(f"#{k}", Input).value.strip() for k in self.values}
-        try:
-            n_draft: int | str = raw["n_draft"] if raw["n_draft"] == "auto" else int(raw["n_draft"])
-            out = {"n_draft": n_draft, "p_min": float(raw["p_min"]), "temperature": float(raw["temperature"])}
-        except ValueError as e:
-            self.query_one("#tune-error", Static).update(f"not a number: {e}")
-            return None
-        try:
-            SpeculationSettings(n_draft=out["n_draft"], p_min=out["p_min"])
-            SamplingParams(temperature=out["temperature"])
-        except BoundsError as e:
-            self.query_one("#tune-error", Static).update(str(e))
-            return None
-        return out
+        Raises:
+            ValueError: a field is not a value of its kind, or out of bounds (BoundsError).
+        """
+        raw = {key: self.query_one(f"#{key}", Input).value.strip() for key, _ in TUNE_FIELDS if key != "sampler"}
+        parsed: dict[str, Any] = {key: parse_field(key, text) for key, text in raw.items()}
+        parsed["sampler"] = self.query_one("#sampler", Select).value
+        SpeculationSettings(n_draft=parsed["n_draft"], p_min=parsed["p_min"])
+        sampling = {k: v for k, v in parsed.items() if k not in ("n_draft", "p_min")}
+        return {
+            "n_draft": parsed["n_draft"],
+            "p_min": parsed["p_min"],
+            "sampling": dataclasses.replace(self.sampling, **sampling),
+        }
 
     @on(Input.Submitted)
     @on(Button.Pressed, "#apply")
     def _apply(self) -> None:
-        values = self._values()
-        if values is not None:
-            self.dismiss(values)
+        try:
+            values = self._values()
+            if self.apply is not None:
+                self.apply(values)
+        except (ValueError, SkippyError) as e:  # BoundsError is both
+            self.query_one("#tune-error", Static).update(str(e))
+            return
+        self.dismiss(values)
 
     @on(Button.Pressed, "#cancel")
     def _cancel(self) -> None:

@@ -1,6 +1,7 @@
 """The app on the real default pair (SmolLM2-135M F32 target, Q4_1 draft), driven by Pilot.
 
-Replies are greedy (temperature 0) and short, so each test costs a few steps.
+Replies are short, so each test costs a few steps; greedy (temperature 0)
+unless the test is about sampling.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from skippy_tui.engine.events import ReplyFinished
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.chat import AssistantMessage, UserMessage
-from skippy_tui.ui.screens import InspectorScreen
+from skippy_tui.ui.screens import InspectorScreen, TuneScreen
 
 
 async def _send(app: SkippyApp, pilot, text: str) -> None:
@@ -51,7 +52,7 @@ def test_send_streams_text_and_step_rows(speculator) -> None:
             assert "".join(s.text for s in entry.spans()) == fin.text
             assert any(st.proposed for st in entry.steps)  # speculation ran
             status = str(app.query_one("#status").render())
-            for part in ("F32", "Q4_1", "CPU", f"ctx {fin.n_past}/4096", "spec on"):
+            for part in ("F32", "Q4_1", "CPU", f"ctx {fin.n_past}/4096", "spec on", "greedy"):
                 assert part in status
             # the inspector opens on a step
             app.panel.timeline.focus()
@@ -102,6 +103,97 @@ def test_regenerate_replaces_the_last_reply_and_autosaves(speculator) -> None:
             assert new_entry.started.target_sync.kind in ("truncate", "synced")  # the KV cache was reused
             assert len(app.query(AssistantMessage)) == 1 and len(app.query(UserMessage)) == 1
             assert app.transcript_path == saved and Transcript.load(saved) == app.transcript  # saved again, same file
+
+    run(body())
+
+
+async def _regenerate(app: SkippyApp, pilot) -> ReplyFinished:
+    old = app.transcript.entries[-1]
+    await pilot.press("ctrl+r")
+    await wait_until(pilot, lambda: app.generating or app.transcript.entries[-1] is not old, 10, "the reply to start")
+    await wait_until(pilot, lambda: not app.generating and app.transcript.entries[-1] is not old, 240, "the reply")
+    fin = app.transcript.entries[-1].finish
+    assert fin is not None and fin.reason in ("max_tokens", "eos")
+    return fin
+
+
+async def _tune(app: SkippyApp, pilot, **values: str) -> None:
+    """Set fields in the F3 dialog and apply them."""
+    await pilot.press("f3")
+    screen = await wait_for_screen(pilot, app, TuneScreen, 5)
+    for key, value in values.items():
+        screen.query_one(f"#{key}").value = value
+    await pilot.click("#apply")
+    await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "the dialog to apply")
+
+
+def test_regenerate_at_temperature_is_a_new_reply_and_a_fixed_seed_repeats_it(speculator) -> None:
+    """At T > 0 each reply draws its own seed, so Ctrl+R samples anew; a fixed seed gives the same reply back.
+
+    Twelve tokens at T=0.8 on an open prompt: 60 replies with drawn seeds were all different.
+    """
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=12, sampling={"temperature": 0.8}), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            assert "coupled T=0.8" in str(app.query_one("#status").render())
+            first = await _reply(app, pilot, "Write one sentence about anything you like.")
+            second = await _regenerate(app, pilot)
+            assert first.seed is not None and second.seed is not None and first.seed != second.seed
+            assert second.text != first.text
+            started = app.transcript.entries[-1].started
+            assert started.sampling["seed"] == second.seed and started.sampling["seed_fixed"] is False
+            # the inspector names the reply's seed and how to reproduce it
+            app.panel.timeline.focus()
+            await pilot.press("enter")
+            screen = await wait_for_screen(pilot, app, InspectorScreen, 5)
+            head = str(screen.query_one("#inspect-head").render())
+            assert f"{second.seed} (drawn for this reply)" in head and f"--seed {second.seed} " in head
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not isinstance(app.screen, InspectorScreen), 5, "the inspector to close")
+            # a fixed seed (set in F3, from the next reply on): regenerate repeats the reply exactly
+            await _tune(app, pilot, seed="4242")
+            assert "coupled T=0.8 seed 4242" in str(app.query_one("#status").render())
+            fixed = [await _regenerate(app, pilot) for _ in range(2)]
+            assert fixed[0].seed == fixed[1].seed == 4242
+            assert fixed[0].token_ids == fixed[1].token_ids and fixed[0].text == fixed[1].text
+
+    run(body())
+
+
+def test_a_sampling_change_mid_reply_is_recorded_at_its_step(speculator) -> None:
+    """F3 mid-reply: the new temperature applies from the next step and that step's event records it;
+    the new seed waits for the next reply, so it is no change for this one."""
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=400), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            assert "greedy" in str(app.query_one("#status").render())
+            await _send(app, pilot, "Tell me a long story about a dragon and a knight.")
+            await wait_until(pilot, lambda: app.panel.timeline.row_count >= 1, 180, "the first step")
+            await _tune(app, pilot, temperature="0.5", seed="77")
+            entry = app._current_entry
+
+            def changed() -> list:
+                return [st for st in entry.steps + app._pending if st.sampling is not None]
+
+            await wait_until(pilot, lambda: bool(changed()) or not app.generating, 60, "a step with the change")
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not app.generating, 60, "the reply to stop")
+            steps = entry.steps
+            marked = [i for i, st in enumerate(steps) if st.sampling is not None]
+            assert len(marked) == 1 and marked[0] > 0, "the change is recorded once, at the step it applies from"
+            settings = steps[marked[0]].sampling
+            assert settings["temperature"] == 0.5 and settings["sampler"] == "coupled"
+            assert settings["seed"] == entry.finish.seed == entry.started.sampling["seed"] != 77
+            assert settings["seed_fixed"] is False  # the reply's drawn seed, not 77 pinned mid-reply
+            assert str(app.panel.timeline.get_row_at(marked[0])[0]).startswith("*")
+            assert "from step" in str(app.query_one("#changes").render())
+            assert "coupled T=0.5 seed 77" in str(app.query_one("#status").render())
+            # the next reply starts with the new seed
+            app.generation = dataclasses.replace(app.generation, max_tokens=4)
+            fin = await _reply(app, pilot, "Thanks!")
+            assert fin.seed == 77 and app.transcript.entries[-1].started.sampling["temperature"] == 0.5
 
     run(body())
 

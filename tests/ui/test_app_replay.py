@@ -5,25 +5,33 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ui_helpers import CHAT_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
+from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.cli import build_parser, main
 from skippy_tui.config import Config, ConfigError, config_path
 from skippy_tui.engine.events import StepVerified
+from skippy_tui.engine.sampling import SamplingParams
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.chat import AssistantMessage, SystemNote, UserMessage, Welcome
-from skippy_tui.ui.screens import ErrorScreen, InspectorScreen, SystemPromptScreen, TuneScreen
+from skippy_tui.ui.screens import TUNE_FIELDS, ErrorScreen, InspectorScreen, SystemPromptScreen, TuneScreen
 from skippy_tui.ui.themes import UiState, load_themes
 
 
-def replay_app(config: Config | None = None) -> SkippyApp:
-    return SkippyApp(
-        config or ui_config(),
-        transcript=Transcript.load(CHAT_JSON),
-        transcript_path=CHAT_JSON,
-        load_models=False,
-    )
+def replay_app(config: Config | None = None, path: Path = CHAT_JSON) -> SkippyApp:
+    return SkippyApp(config or ui_config(), transcript=Transcript.load(path), transcript_path=path, load_models=False)
+
+
+async def _inspect(app: SkippyApp, pilot, row: int) -> InspectorScreen:
+    table = app.panel.timeline
+    table.focus()
+    table.move_cursor(row=row)
+    await pilot.press("enter")
+    return await wait_for_screen(pilot, app, InspectorScreen, 5)
+
+
+def _head(screen: InspectorScreen) -> str:
+    return str(screen.query_one("#inspect-head").render())
 
 
 def test_replay_shows_recorded_steps_without_models() -> None:
@@ -79,6 +87,83 @@ def test_inspector_shows_top_k_at_the_first_rejection() -> None:
             assert screen.index == idx + 1
             await pilot.press("escape")
             await wait_until(pilot, lambda: not isinstance(app.screen, InspectorScreen), 5, "close")
+
+    run(body())
+
+
+def test_inspector_shows_both_probabilities_at_the_rejection_and_the_seed() -> None:
+    saved = Transcript.load(SAMPLED_JSON)
+
+    async def body() -> None:
+        app = replay_app(path=SAMPLED_JSON)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.click(app.query(AssistantMessage).first())
+            await wait_until(pilot, lambda: app.panel.timeline.steps == saved.entries[1].steps, 5, "reply 1 steps")
+            reply = saved.entries[1]
+            idx = next(i for i, s in enumerate(reply.steps) if s.n_accepted < len(s.proposed))
+            st = reply.steps[idx]
+            assert st.p_target is not None  # recorded by the engine at the first rejection
+            head = _head(await _inspect(app, pilot, idx))
+            q = st.proposed[st.n_accepted].prob
+            assert f"draft p={q:.3f}  target p={st.p_target:.3f}" in head
+            assert "as sampled: filters and T applied" in head  # not the raw softmax of the table
+            seed = reply.started.sampling["seed"]
+            assert reply.finish.seed == seed
+            assert f"seed         {seed} (drawn for this reply)" in head
+            assert f"reproduce    --seed {seed} --temperature 0.8" in head
+            assert "sampling     coupled T=0.8" in head
+            await pilot.press("escape")
+
+    run(body())
+
+
+def test_inspector_and_panel_mark_a_mid_reply_sampling_change() -> None:
+    saved = Transcript.load(SAMPLED_JSON)
+    reply = saved.entries[3]
+    changed = next(i for i, s in enumerate(reply.steps) if s.sampling is not None)
+
+    async def body() -> None:
+        app = replay_app(path=SAMPLED_JSON)
+        async with app.run_test(size=SIZE) as pilot:
+            timeline = app.panel.timeline
+            assert timeline.steps == reply.steps
+            marks = [str(timeline.get_row_at(i)[0]).startswith("*") for i in range(timeline.row_count)]
+            assert marks == [s.sampling is not None for s in reply.steps] and any(marks)
+            changes = str(app.query_one("#changes").render())
+            assert app.query_one("#changes").display
+            assert f"from step {reply.steps[changed].index}: coupled T=0.3, repeat_penalty 1.1" in changes
+            # the inspector: the new settings from that step on, the old ones before it
+            screen = await _inspect(app, pilot, changed)
+            head = _head(screen)
+            assert "coupled T=0.3, repeat_penalty 1.1  (changed at this step, F3)" in head
+            assert "seed         1234 (fixed)" in head
+            assert f"--seed 1234 --temperature 0.8  up to step {reply.steps[changed].index}" in head
+            await pilot.press("left")
+            assert "sampling     coupled T=0.8\n" in _head(screen)
+            await pilot.press("right", "right")
+            assert "coupled T=0.3, repeat_penalty 1.1\n" in _head(screen)  # still in effect, not a change
+            await pilot.press("escape")
+            # a reply without changes hides the line and marks nothing
+            await pilot.click(app.query(AssistantMessage).first())
+            await wait_until(pilot, lambda: timeline.steps == saved.entries[1].steps, 5, "reply 1 steps")
+            assert not app.query_one("#changes").display
+            assert not any(str(timeline.get_row_at(i)[0]).startswith("*") for i in range(timeline.row_count))
+
+    run(body())
+
+
+def test_old_transcript_without_seeds_replays_and_says_what_is_missing() -> None:
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=SIZE) as pilot:
+            steps = app.panel.timeline.steps
+            assert all(s.p_target is None and s.sampling is None for s in steps)
+            assert not app.query_one("#changes").display
+            idx = next(i for i, s in enumerate(steps) if s.n_accepted < len(s.proposed))
+            head = _head(await _inspect(app, pilot, idx))
+            assert "target p=— (not recorded)" in head
+            assert "sampling     greedy" in head
+            assert "seed         not recorded" in head and "--seed" not in head
 
     run(body())
 
@@ -252,6 +337,77 @@ def test_tune_dialog_checks_bounds() -> None:
     run(body())
 
 
+def test_tune_dialog_sets_seed_sampler_and_penalties() -> None:
+    async def body() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f3")
+            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
+            assert screen.query_one("#seed").value == "random"  # the default: a new seed per reply
+            assert "seed: next reply" in str(screen.query_one("#dialog").border_subtitle)
+            values = {"temperature": "0.8", "seed": "42", "repeat_penalty": "1.1", "repeat_last_n": "-1"}
+            values |= {"presence_penalty": "0.5", "frequency_penalty": "0.25"}
+            for key, value in values.items():
+                screen.query_one(f"#{key}").value = value
+            screen.query_one("#sampler").focus()
+            await pilot.press("enter", "down", "enter")  # open the choice, pick the next one
+            assert screen.query_one("#sampler").value == "rejection"
+            await pilot.click("#apply")
+            await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "apply")
+            assert app.sampling == SamplingParams(
+                temperature=0.8, seed=42, sampler="rejection", repeat_penalty=1.1, repeat_last_n=-1,
+                presence_penalty=0.5, frequency_penalty=0.25,
+            )  # fmt: skip
+            notice = list(app._notifications)[-1].message
+            assert "rejection T=0.8" in notice and "Seed 42 from the next reply" in notice
+            # reopened, the dialog shows them; "random" (or nothing) goes back to a seed per reply
+            await pilot.press("f3")
+            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
+            assert screen.query_one("#seed").value == "42"
+            assert screen.query_one("#sampler").value == "rejection"
+            assert screen.query_one("#repeat_last_n").value == "-1"
+            screen.query_one("#seed").value = ""
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "apply")
+            assert app.sampling.seed is None and app.sampling.repeat_penalty == 1.1
+
+    run(body())
+
+
+def test_tune_dialog_refuses_bad_values_and_changes_nothing() -> None:
+    bad = [
+        ("seed", "abc", "seed: 'abc' is not \"random\" or a whole number"),
+        ("seed", "-1", "seed = -1 is out of bounds"),
+        ("temperature", "warm", "temperature: 'warm' is not a number"),
+        ("repeat_penalty", "0", "repeat_penalty = 0.0 is out of bounds"),
+        ("repeat_last_n", "-2", "repeat_last_n = -2 is out of bounds"),
+        ("repeat_last_n", "1.5", "repeat_last_n: '1.5' is not a whole number"),
+        ("presence_penalty", "nan", "presence_penalty = nan is out of bounds"),
+        ("frequency_penalty", "1e9", "frequency_penalty = 1000000000.0 is out of bounds"),
+    ]
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        before = app.sampling
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f3")
+            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
+            for key, value, message in bad:
+                field = screen.query_one(f"#{key}")
+                good, field.value = field.value, value
+                field.focus()
+                await pilot.press("enter")
+                assert app.screen is screen, key
+                assert message in str(screen.query_one("#tune-error").render()), (key, value)
+                assert app.sampling is before
+                field.value = good
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "cancel")
+            assert app.sampling is before
+
+    run(body())
+
+
 def test_system_prompt_dialog_ctrl_s_saves_the_prompt_not_the_transcript() -> None:
     async def body() -> None:
         app = replay_app()
@@ -280,6 +436,24 @@ def test_palette_lists_actions_with_their_keys() -> None:
                 assert expected in titles
             assert any(t.startswith("Set temperature") for t in titles)
             await pilot.pause()
+
+    run(body())
+
+
+def test_palette_reaches_every_tune_field() -> None:
+    async def body() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            from skippy_tui.ui.commands import SkippyCommands
+
+            actions = {action for _, _, action in SkippyCommands(app.screen)._commands()}
+            for key, _ in TUNE_FIELDS:
+                assert f"tune('{key}')" in actions
+                await app.run_action(f"tune('{key}')")
+                screen = await wait_for_screen(pilot, app, TuneScreen, 5)
+                assert app.focused is screen.query_one(f"#{key}"), key
+                await pilot.press("escape")
+                await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "close")
 
     run(body())
 

@@ -10,21 +10,34 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ui_helpers import CHAT_JSON, SIZE, ui_config, wait_for_screen, wait_until
+from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
-from skippy_tui.ui.screens import ErrorScreen, InspectorScreen
+from skippy_tui.ui.screens import ErrorScreen, InspectorScreen, TuneScreen
 
 
-def replay_app() -> SkippyApp:
-    return SkippyApp(ui_config(), transcript=Transcript.load(CHAT_JSON), transcript_path=CHAT_JSON, load_models=False)
+def replay_app(path: Path = CHAT_JSON) -> SkippyApp:
+    return SkippyApp(ui_config(), transcript=Transcript.load(path), transcript_path=path, load_models=False)
 
 
 async def _steady(pilot) -> None:
     pilot.app.query_one("PromptInput").cursor_blink = False
+    for field in pilot.app.screen.query("Input"):  # a dialog's fields
+        field.cursor_blink = False
     await pilot.wait_for_scheduled_animations()
     await pilot.pause()
+
+
+async def _inspect_first_rejection(pilot) -> None:
+    app = pilot.app
+    table = app.panel.timeline
+    first_rejection = next(i for i, s in enumerate(table.steps) if s.n_accepted < len(s.proposed))
+    table.focus()
+    table.move_cursor(row=first_rejection)
+    await pilot.press("enter")
+    await wait_for_screen(pilot, app, InspectorScreen, 10)
+    await _steady(pilot)
 
 
 def test_main_screen_replay(snap_compare) -> None:
@@ -45,14 +58,33 @@ def test_main_screen_origin_colouring(snap_compare) -> None:
 
 
 def test_inspector(snap_compare) -> None:
+    assert snap_compare(replay_app(), terminal_size=SIZE, run_before=_inspect_first_rejection)
+
+
+def test_inspector_sampled_reply(snap_compare) -> None:
+    """A T=0.8 reply: draft and target probability of the rejected token, the seed and how to reproduce it."""
+
     async def run_before(pilot) -> None:
-        app = pilot.app
-        table = app.panel.timeline
-        first_rejection = next(i for i, s in enumerate(table.steps) if s.n_accepted < len(s.proposed))
-        table.focus()
-        table.move_cursor(row=first_rejection)
-        await pilot.press("enter")
-        await wait_for_screen(pilot, app, InspectorScreen, 10)
+        await pilot.click(pilot.app.query("AssistantMessage").first())
+        await pilot.pause()
+        await _inspect_first_rejection(pilot)
+
+    assert snap_compare(replay_app(SAMPLED_JSON), terminal_size=SIZE, run_before=run_before)
+
+
+def test_main_screen_sampling_changed_mid_reply(snap_compare) -> None:
+    """The step from which F3 changed the sampling is marked, and the line under the timeline says to what."""
+
+    async def run_before(pilot) -> None:
+        await _steady(pilot)
+
+    assert snap_compare(replay_app(SAMPLED_JSON), terminal_size=SIZE, run_before=run_before)
+
+
+def test_tune_dialog(snap_compare) -> None:
+    async def run_before(pilot) -> None:
+        await pilot.press("f3")
+        await wait_for_screen(pilot, pilot.app, TuneScreen, 10)
         await _steady(pilot)
 
     assert snap_compare(replay_app(), terminal_size=SIZE, run_before=run_before)

@@ -14,7 +14,10 @@ from pathlib import Path
 from typing import Any
 
 FIXTURES = Path(__file__).parent / "fixtures"
-CHAT_JSON = FIXTURES / "chat.json"
+CHAT_JSON = FIXTURES / "chat.json"  # recorded before seeds, samplers and p_target were (an old transcript)
+# recorded on the default pair at T=0.8 (scratch script, not kept): reply 1 with a seed drawn for it,
+# reply 2 with seed 1234 and, from step 2 on, T=0.3 and repeat_penalty 1.1 (a mid-reply change)
+SAMPLED_JSON = FIXTURES / "chat_sampled.json"
 SIZE = (140, 40)
 
 
