@@ -1218,6 +1218,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     spec = dataclasses.replace(spec, speculation=dataclasses.replace(spec.speculation, n_draft=k_top, enabled=True))
     gen = cfg.generation()
     samplers = samplers if isinstance(samplers, tuple) else (gen.sampling.sampler,)
+    if gen.sampling.greedy and len(samplers) > 1 and not args.identity:
+        sys.stderr.write("skippy-tui: note: greedy decoding is the same under every sampler; running the first only\n")
+        samplers = samplers[:1]
     base_seed = gen.sampling.seed if gen.sampling.seed is not None else draw_seed()
     pool = SUITE + EXTRA if args.identity or args.prompts else SUITE
     prompts = [p for p in pool if args.prompts is None or p.name in args.prompts or p.kind in args.prompts]
@@ -1275,9 +1278,6 @@ def _bench_report(
     """The suite: every method, then (sampled) the greedy reference and the sampler's cost."""
     greedy = gen.sampling.greedy
     has_model = speculator.model_drafter is not None
-    if greedy and len(samplers) > 1:
-        sys.stderr.write("skippy-tui: note: greedy decoding is the same under every sampler; running the first only\n")
-        samplers = samplers[:1]
     methods = methods_for(ks, has_model, ("ngram+model",) if args.with_combined else (), samplers)
     reference = has_model and not greedy
     total = len(prompts) * (len(methods) * args.repeats + reference) + (0 if args.no_warmup else len(methods))
