@@ -15,10 +15,23 @@ the engine counts it, and here the draft's first fill with the prompt too, as
 llama.cpp's speculative example counts both) and its ratio to plain,
 acceptance rate, mean accepted length (accepted draft tokens per speculative
 step, bonus not counted), acceptance by position, draft ms per drafted token,
-and — with greedy sampling — whether the output was token-identical to plain.
-Over all runs: the target's verify ms by batch size, the draft's ms per token,
-the break-even acceptance for each k (the per-position acceptance at which k
-ties plain decoding, from the measured costs), and the best fixed k.
+and whether the output was token-identical to plain. Over all runs: the
+target's verify ms by batch size, the draft's ms per token, the break-even
+acceptance for each k (the per-position acceptance at which k ties plain
+decoding, from the measured costs), and the best fixed k.
+
+Sampling (temperature > 0): every method of one (prompt, repeat) runs with the
+same seed (the base seed + the repeat index), so the coupled sampler must give
+plain decoding's text token for token and the methods decode the same text;
+``--sampler coupled,rejection`` adds the model methods under the rejection
+sampler (columns ``k=4 rej``), whose text differs (same distribution only). A
+greedy k=4 pass over the same prompts afterwards gives the acceptance the
+coupled sampler is compared with, and the sampler's own cost per verify row is
+measured at 49,152 and 262,144 vocabulary sizes.
+
+``--identity`` runs a different grid instead: prompts × k × draft source ×
+penalties off/on, each reply compared token for token with plain sampling at
+the same seed (no timing).
 
 The adaptive policies keep what they measured across the whole bench, as they
 do across the turns of a chat; an unmeasured warm-up pass (``--warmup``) runs
@@ -35,6 +48,7 @@ import dataclasses
 import json
 import math
 import os
+import secrets
 import statistics
 import sys
 import time
@@ -43,7 +57,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .engine.adaptive import Costs, break_even_acceptance
+from .engine.sampling import MAX_SEED, SAMPLERS, PenaltyWindow, SamplingParams, candidates, top_ids
+from .engine.verify import gumbel_pick
 
 LIGHTHOUSE = (
     "The old lighthouse stood on the edge of the cliff for more than a hundred years. Every night its "
@@ -92,30 +110,81 @@ SUITE: tuple[BenchPrompt, ...] = (
     ),
     BenchPrompt("long-form", "long-form", "Write a detailed essay about the history of the printing press.", 2.0),
 )
+# More prompts for the identity grid (short replies, so the grid stays cheap)
+EXTRA: tuple[BenchPrompt, ...] = (
+    BenchPrompt("haiku", "short", "Write a haiku about autumn leaves."),
+    BenchPrompt("recipe", "short", "Give me a short recipe for pancakes."),
+    BenchPrompt("translate", "short", "Translate 'good morning' into Spanish and German."),
+    BenchPrompt("arithmetic", "short", "What is 17 times 23? Show your working."),
+    BenchPrompt("sky", "short", "Explain in two sentences why the sky is blue."),
+    BenchPrompt("formal", "short", "Rewrite this sentence more formally: hey, can u send me the file asap?"),
+)
 WARMUP_PROMPT = "Name three colours."
 
 DEFAULT_KS = (1, 2, 4, 8)
+IDENTITY_KS = (1, 4, 8)  # plus auto
+ACCEPTANCE_K = 4  # the k at which sampled acceptance is compared with greedy
+SHORT = {"coupled": "cpl", "rejection": "rej"}  # column suffix of a method under a second sampler
+
+# The issue's goals (thresholds of the ratios the report computes)
+GOAL_ADAPTIVE = 0.95  # auto >= 0.95 x max(plain, best fixed k), every prompt
+GOAL_NGRAM_REWRITE = 1.5  # n-gram >= 1.5 x plain on rewrite prompts
+GOAL_BEST_FIXED = 1.05  # sampled: best fixed k >= 1.05 x plain, every prompt
+GOAL_ACCEPTANCE = 0.85  # sampled: coupled acceptance at k=4 >= 0.85 x greedy acceptance
 
 
 @dataclass(frozen=True)
 class Method:
-    """A decoding method: its column name and the speculation settings it runs with."""
+    """A decoding method: its column name, the speculation settings it runs with and
+    its overrides of the bench's sampling settings (e.g. the sampler).
+
+    ``variant``: "" for the main columns, else the suffix of a second sampler's
+    column (``rej``); costs and goals are taken from the main columns only.
+    """
 
     name: str
     settings: dict[str, Any]
     needs_model: bool = False
+    sampling: dict[str, Any] = field(default_factory=dict)
+    variant: str = ""
+
+    @property
+    def sampler(self) -> str:
+        return self.sampling.get("sampler", "coupled")
 
 
-def methods_for(ks: Sequence[int], has_model: bool, extra: Sequence[str] = ()) -> list[Method]:
-    """plain, k=… (fixed), auto, ngram (and ``ngram+model`` when asked); model methods only with a draft."""
-    out = [Method("plain", {"enabled": False})]
+def methods_for(
+    ks: Sequence[int], has_model: bool, extra: Sequence[str] = (), samplers: Sequence[str] = ("coupled",)
+) -> list[Method]:
+    """plain, k=… (fixed), auto, ngram (and ``ngram+model`` when asked); model methods only with a draft.
+
+    Every method runs under ``samplers[0]``; each further sampler repeats the
+    model methods (``k=4 rej``). Plain decoding is the same under any sampler.
+    """
+    first = {"sampler": samplers[0]}
+    out = [Method("plain", {"enabled": False}, sampling=first)]
+    model = [(f"k={k}", {"enabled": True, "source": "model", "n_draft": k}) for k in ks]
+    model.append(("auto", {"enabled": True, "source": "model", "n_draft": "auto"}))
+    if "ngram+model" in extra:
+        model.append(("ngram+model", {"enabled": True, "source": "ngram+model", "n_draft": "auto"}))
     if has_model:
-        out += [Method(f"k={k}", {"enabled": True, "source": "model", "n_draft": k}, True) for k in ks]
-        out.append(Method("auto", {"enabled": True, "source": "model", "n_draft": "auto"}, True))
-    out.append(Method("ngram", {"enabled": True, "source": "ngram", "n_draft": "auto"}))
+        out += [Method(name, st, True, first) for name, st in model if name != "ngram+model"]
+    out.append(Method("ngram", {"enabled": True, "source": "ngram", "n_draft": "auto"}, sampling=first))
     if has_model and "ngram+model" in extra:
-        out.append(Method("ngram+model", {"enabled": True, "source": "ngram+model", "n_draft": "auto"}, True))
+        out.append(Method("ngram+model", model[-1][1], True, first))
+    for s in samplers[1:] if has_model else ():
+        out += [Method(f"{name} {SHORT[s]}", st, True, {"sampler": s}, SHORT[s]) for name, st in model]
     return out
+
+
+def repeat_seed(base: int, repeat: int) -> int:
+    """The seed of every method in one repeat (or of one prompt in the identity grid)."""
+    return (base + repeat) % (MAX_SEED + 1)
+
+
+def draw_seed() -> int:
+    """A base seed when none is configured (31 bits: short enough to retype as --seed)."""
+    return secrets.randbits(31)
 
 
 @dataclass
@@ -139,12 +208,13 @@ class RunResult:
     reason: str
     error: str = ""
     draft_prefill_ms: float = 0.0
+    seed: int | None = None
 
 
 def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunResult:
     """Generate one reply from an empty cache and collect its measurements."""
     speculator.forget()
-    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+    messages = _messages(prompt, system)
     verify: dict[int, list[float]] = {}
     calls: list[float] = []
     syncs: list[float] = []
@@ -197,7 +267,12 @@ def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunRes
         reason=finish.reason,
         error=finish.error,
         draft_prefill_ms=draft_prefill_ms,
+        seed=finish.seed,
     )
+
+
+def _messages(prompt: str, system: str = "") -> list[dict[str, str]]:
+    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
 
 
 def decode_rate(n_tokens: int, decode_ms: float) -> float:
@@ -215,7 +290,20 @@ class Cell:
     def tokens_per_second(self) -> float:
         return statistics.median(r.tokens_per_second for r in self.runs) if self.runs else 0.0
 
-    def summary(self, plain: Cell | None, greedy: bool) -> dict[str, Any]:
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted over drafted tokens, pooled over the runs."""
+        drafted = sum(r.n_drafted for r in self.runs)
+        return sum(r.n_accepted for r in self.runs) / drafted if drafted else None
+
+    def first_difference(self, plain: Cell) -> int | None:
+        """The first token index where a run differs from plain's run of the same repeat
+        (same seed), over all repeats; ``None`` when every run is token-identical."""
+        diffs = [first_difference(p.token_ids, r.token_ids) for r, p in zip(self.runs, plain.runs)]
+        diffs = [d for d in diffs if d is not None]
+        return min(diffs) if diffs else None
+
+    def summary(self, plain: Cell | None) -> dict[str, Any]:
         runs = self.runs
         drafted = sum(r.n_drafted for r in runs)
         accepted = sum(r.n_accepted for r in runs)
@@ -224,10 +312,10 @@ class Cell:
         a_at = _sum_lists([r.accepted_at for r in runs])
         tps = self.tokens_per_second
         plain_tps = plain.tokens_per_second if plain is not None else 0.0
-        identical = None
-        if greedy and plain is not None and plain.runs:
-            ref = plain.runs[0].token_ids
-            identical = all(r.token_ids == ref for r in runs)
+        identical, first = None, None
+        if plain is not None and plain.runs and runs:
+            first = self.first_difference(plain)
+            identical = first is None
         ks = [k for r in runs for k in r.ks]
         return {
             "tokens_per_second": round(tps, 2),
@@ -242,8 +330,18 @@ class Cell:
             "mean_k": round(sum(ks) / len(ks), 2) if ks else 0.0,
             "plain_step_share": round(sum(1 for k in ks if k == 0) / len(ks), 3) if ks else 0.0,
             "identical_to_plain": identical,
+            "first_difference": first,
             "errors": sorted({r.error for r in runs if r.reason == "error"}),
         }
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """Index of the first token where ``a`` and ``b`` differ (the shorter one's length
+    when one is a prefix of the other); ``None`` when they are equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def _sum_lists(lists: Sequence[Sequence[int]]) -> list[int]:
@@ -291,6 +389,16 @@ class Progress:
             self.stream.flush()
 
 
+def settings_for(gen: Any, method: Method, seed: int, max_tokens: int | None = None) -> Any:
+    """``gen`` with the method's sampling overrides, ``seed`` and (optionally) a length."""
+    sampling = dataclasses.replace(gen.sampling, seed=seed, **method.sampling)
+    return dataclasses.replace(gen, sampling=sampling, max_tokens=max_tokens or gen.max_tokens)
+
+
+def prompt_tokens_cap(gen: Any, prompt: BenchPrompt) -> int:
+    return max(1, round(gen.max_tokens * prompt.length))
+
+
 def run_bench(
     speculator: Any,
     gen: Any,
@@ -300,37 +408,75 @@ def run_bench(
     warmup: bool = True,
     progress: Progress | None = None,
     system: str = "",
+    base_seed: int = 0,
 ) -> dict[str, dict[str, Cell]]:
-    """Every method on every prompt, ``repeats`` times; returns ``cells[prompt][method]``."""
+    """Every method on every prompt, ``repeats`` times; returns ``cells[prompt][method]``.
+
+    Every method of one repeat runs with the seed ``repeat_seed(base_seed, r)``,
+    so sampled replies are comparable token for token with plain's.
+    """
     cells: dict[str, dict[str, Cell]] = {p.name: {m.name: Cell() for m in methods} for p in prompts}
     if warmup:
-        short = dataclasses.replace(gen, max_tokens=min(gen.max_tokens, 32))
         for m in methods:
             speculator.update(**m.settings)
-            run_once(speculator, WARMUP_PROMPT, short, system)
+            run_once(speculator, WARMUP_PROMPT, settings_for(gen, m, base_seed, min(gen.max_tokens, 32)), system)
             if progress:
                 progress.update(f"warm-up {m.name}")
     for r in range(repeats):
         order = list(methods[r % len(methods) :]) + list(methods[: r % len(methods)])
+        seed = repeat_seed(base_seed, r)
         for p in prompts:
-            g = dataclasses.replace(gen, max_tokens=max(1, round(gen.max_tokens * p.length)))
             for m in order:
                 speculator.update(**m.settings)
+                g = settings_for(gen, m, seed, prompt_tokens_cap(gen, p))
                 cells[p.name][m.name].runs.append(run_once(speculator, p.text, g, system))
                 if progress:
                     progress.update(f"{p.name} {m.name} (repeat {r + 1}/{repeats})")
     return cells
 
 
-def cost_summary(cells: dict[str, dict[str, Cell]], ks: Sequence[int]) -> dict[str, Any]:
-    """Verify ms by batch size, draft ms per token, sync ms, break-even acceptance per k."""
+def greedy_method(k: int) -> Method:
+    """Greedy decoding at fixed k: the acceptance a sampled k is compared with."""
+    return Method(f"k={k} greedy", {"enabled": True, "source": "model", "n_draft": k}, True, {"temperature": 0.0})
+
+
+def run_greedy_reference(
+    speculator: Any,
+    gen: Any,
+    prompts: Sequence[BenchPrompt],
+    k: int,
+    progress: Progress | None = None,
+    system: str = "",
+) -> dict[str, Cell]:
+    """Greedy k on every prompt once (greedy is deterministic), after the measured runs.
+
+    Only its acceptance is used; it runs last so that the adaptive policy's
+    acceptance estimates, shared by every method of a draft source, are not
+    fed greedy steps while the sampled methods are measured.
+    """
+    m = greedy_method(k)
+    speculator.update(**m.settings)
+    out = {}
+    for p in prompts:
+        out[p.name] = Cell([run_once(speculator, p.text, settings_for(gen, m, 0, prompt_tokens_cap(gen, p)), system)])
+        if progress:
+            progress.update(f"{p.name} {m.name}")
+    return out
+
+
+def cost_summary(cells: dict[str, dict[str, Cell]], ks: Sequence[int], methods: Sequence[Method]) -> dict[str, Any]:
+    """Verify ms by batch size, draft ms per token, sync ms, break-even acceptance per k
+    (from the main columns: a second sampler's draft and verify rows cost otherwise)."""
     verify: dict[int, list[float]] = {}
     model_calls: list[float] = []
     ngram_calls: list[float] = []
     syncs: list[float] = []
     prefills: list[float] = []
+    main = {m.name for m in methods if not m.variant}
     for row in cells.values():
         for name, cell in row.items():
+            if name not in main:
+                continue
             for run in cell.runs:
                 for b, v in run.verify_by_batch.items():
                     verify.setdefault(b, []).extend(v)
@@ -382,8 +528,13 @@ def summarise(
     methods: Sequence[Method],
     ks: Sequence[int],
     greedy: bool,
+    greedy_ref: dict[str, Cell] | None = None,
 ) -> dict[str, Any]:
-    """The JSON-ready report: per-prompt results, costs, best k and the issue's goals."""
+    """The JSON-ready report: per-prompt results, costs, best k and the issues' goals.
+
+    ``greedy_ref``: greedy runs at ``acceptance_k(ks)`` per prompt (sampled benches),
+    the reference of the acceptance goal.
+    """
     results: dict[str, dict[str, Any]] = {}
     best: dict[str, Any] = {}
     adaptive_ok: dict[str, Any] = {}
@@ -391,7 +542,7 @@ def summarise(
     for p in prompts:
         row = cells[p.name]
         plain = row.get("plain")
-        results[p.name] = {m.name: row[m.name].summary(plain, greedy) for m in methods}
+        results[p.name] = {m.name: {**row[m.name].summary(plain), "sampler": m.sampler} for m in methods}
         plain_tps = plain.tokens_per_second if plain else 0.0
         fixed = {k: row[f"k={k}"].tokens_per_second for k in ks if f"k={k}" in row}
         if fixed:
@@ -401,18 +552,25 @@ def summarise(
             if "auto" in row:
                 ref = max(plain_tps, fixed[kb])
                 ratio = row["auto"].tokens_per_second / ref if ref else None
-                met = bool(ratio and ratio >= 0.95)
+                met = bool(ratio and ratio >= GOAL_ADAPTIVE)
                 adaptive_ok[p.name] = {"ratio": round(ratio, 3) if ratio else None, "met": met}
         if p.kind == "rewrite" and "ngram" in row and plain_tps:
             ratio = row["ngram"].tokens_per_second / plain_tps
-            ngram_ok[p.name] = {"ratio": round(ratio, 3), "met": ratio >= 1.5}
-    identical = [r["identical_to_plain"] for row in results.values() for r in row.values()]
+            ngram_ok[p.name] = {"ratio": round(ratio, 3), "met": ratio >= GOAL_NGRAM_REWRITE}
+    same, total = identity_counts(cells, prompts, methods, greedy)
+    best_ok = {} if greedy else best_fixed_goal(best)
+    acceptance = None if greedy else acceptance_goal(cells, prompts, methods, greedy_ref, acceptance_k(ks))
     goals = {
         "adaptive_vs_best": adaptive_ok,
         "adaptive_met": all(v["met"] for v in adaptive_ok.values()) if adaptive_ok else None,
         "ngram_rewrite_vs_plain": ngram_ok,
         "ngram_met": all(v["met"] for v in ngram_ok.values()) if ngram_ok else None,
-        "identical_met": all(identical) if greedy and identical else None,
+        "identical_met": same == total if total else None,
+        "identical_runs": {"identical": same, "total": total},
+        "best_fixed_vs_plain": best_ok,
+        "best_fixed_met": all(v["met"] for v in best_ok.values()) if best_ok else None,
+        "acceptance_vs_greedy": acceptance,
+        "acceptance_met": acceptance["met"] if acceptance else None,
     }
     geo = {}
     for m in methods:
@@ -423,9 +581,367 @@ def summarise(
         "results": results,
         "geomean_ratio_to_plain": geo,
         "best_fixed_k": best,
-        "costs": cost_summary(cells, ks),
+        "costs": cost_summary(cells, ks, methods),
         "goals": goals,
     }
+
+
+def expects_identity(method: Method, greedy: bool) -> bool:
+    """Must this method's output equal plain's at the same seed? Greedy: always;
+    sampled: under the coupled sampler (rejection keeps the distribution only)."""
+    return method.name != "plain" and (greedy or method.sampler == "coupled")
+
+
+def identity_counts(
+    cells: dict[str, dict[str, Cell]], prompts: Sequence[BenchPrompt], methods: Sequence[Method], greedy: bool
+) -> tuple[int, int]:
+    """``(identical, total)`` runs among those expected to equal plain's run of their repeat."""
+    same = total = 0
+    for p in prompts:
+        plain = cells[p.name].get("plain")
+        if plain is None:
+            continue
+        for m in methods:
+            if expects_identity(m, greedy):
+                pairs = list(zip(cells[p.name][m.name].runs, plain.runs))
+                total += len(pairs)
+                same += sum(r.token_ids == ref.token_ids for r, ref in pairs)
+    return same, total
+
+
+def best_fixed_goal(best: dict[str, Any]) -> dict[str, Any]:
+    """Per prompt: the best fixed k's ratio to plain against the sampled goal."""
+    return {
+        p: {
+            "k": b["k"],
+            "ratio": b["ratio_to_plain"],
+            "met": bool(b["ratio_to_plain"] and b["ratio_to_plain"] >= GOAL_BEST_FIXED),
+        }
+        for p, b in best.items()
+    }
+
+
+def acceptance_k(ks: Sequence[int]) -> int:
+    """The k at which sampled acceptance is compared with greedy: 4, else the largest asked."""
+    return ACCEPTANCE_K if ACCEPTANCE_K in ks else max(ks)
+
+
+def _model_method(methods: Sequence[Method], k: int, sampler: str) -> Method | None:
+    return next(
+        (
+            m
+            for m in methods
+            if m.settings.get("source") == "model" and m.settings.get("n_draft") == k and m.sampler == sampler
+        ),
+        None,
+    )
+
+
+def _round(v: float | None, digits: int = 4) -> float | None:
+    return round(v, digits) if v is not None else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
+
+
+def acceptance_goal(
+    cells: dict[str, dict[str, Cell]],
+    prompts: Sequence[BenchPrompt],
+    methods: Sequence[Method],
+    greedy_ref: dict[str, Cell] | None,
+    k: int,
+) -> dict[str, Any] | None:
+    """Coupled acceptance at k over greedy acceptance at k on the same prompts
+    (pooled over prompts for the goal; per prompt, and rejection's, for reading)."""
+    coupled = _model_method(methods, k, "coupled")
+    if coupled is None or not greedy_ref:
+        return None
+    rejection = _model_method(methods, k, "rejection")
+
+    def rates(cell_of: Callable[[str], Cell]) -> tuple[float | None, dict[str, float | None]]:
+        per = {p.name: cell_of(p.name).acceptance_rate for p in prompts}
+        return Cell([r for p in prompts for r in cell_of(p.name).runs]).acceptance_rate, per
+
+    c_all, c_per = rates(lambda p: cells[p][coupled.name])
+    g_all, g_per = rates(lambda p: greedy_ref[p])
+    r_all, r_per = rates(lambda p: cells[p][rejection.name]) if rejection else (None, {})
+    ratio = _ratio(c_all, g_all)
+    out: dict[str, Any] = {
+        "k": k,
+        "coupled": _round(c_all),
+        "greedy": _round(g_all),
+        "rejection": _round(r_all),
+        "ratio": ratio,
+        "met": ratio is not None and ratio >= GOAL_ACCEPTANCE,
+        "prompts": {},
+    }
+    for p in prompts:
+        entry = {"coupled": _round(c_per[p.name]), "greedy": _round(g_per[p.name])}
+        if rejection:
+            entry["rejection"] = _round(r_per[p.name])
+        entry["ratio"] = _ratio(c_per[p.name], g_per[p.name])
+        out["prompts"][p.name] = entry
+    return out
+
+
+# -- the sampler's own cost -------------------------------------------------------------
+
+SAMPLER_VOCABS = (49_152, 262_144)  # SmolLM2 / Llama-3-like sizes, and Gemma 3's
+SAMPLER_ROWS = 64
+SYNTHETIC_HEAD = 256  # top logits a resized row keeps as they are
+
+
+def target_rows(
+    speculator: Any, replies: Sequence[tuple[str, Sequence[int]]], system: str = "", n: int = SAMPLER_ROWS
+) -> tuple[list[np.ndarray], list[list[int]]]:
+    """Up to ``n`` of the target's logits rows at reply positions — the rows a verify
+    step samples from — with the history each row follows (for penalty windows).
+
+    ``replies``: (prompt, reply tokens) pairs, e.g. the bench's plain runs. The
+    replies are decoded again as one batch per prompt; both caches are emptied after.
+    """
+    from .engine.chat import prompt_tokens
+
+    ctx = speculator.target_cache.ctx
+    rows: list[np.ndarray] = []
+    histories: list[list[int]] = []
+    try:
+        for text, reply in replies:
+            prompt = prompt_tokens(speculator.target, speculator.template, _messages(text, system))
+            room = min(n - len(rows), ctx.n_batch, ctx.n_ctx - len(prompt) + 1)
+            batch = [prompt[-1], *reply[:-1]][: max(room, 0)]
+            if not batch:
+                continue
+            speculator.forget()
+            ctx.prefill(prompt[:-1], 0)
+            rows += list(ctx.decode(batch, len(prompt) - 1, len(batch)))
+            histories += [[*prompt, *reply[:i]] for i in range(len(batch))]
+            if len(rows) >= n:
+                break
+    finally:
+        speculator.forget()  # the bookkeeping knew nothing of these decodes
+    return rows, histories
+
+
+def resize_row(row: np.ndarray, size: int, rng: np.random.Generator, head: int = SYNTHETIC_HEAD) -> np.ndarray:
+    """A logits row of ``size`` tokens with ``row``'s spread: its ``head`` largest logits
+    once each (what the filters keep), the rest drawn from its other logits (what
+    the thresholds scan), all at random ids."""
+    top = top_ids(row, head)
+    rest = np.delete(row, top)
+    n_fill = size - top.shape[0]
+    fill = rng.choice(rest, n_fill, replace=n_fill > rest.shape[0])
+    out = np.concatenate([row[top], fill]).astype(np.float32)
+    return out[rng.permutation(size)]
+
+
+def time_sampler(
+    rows: Sequence[np.ndarray], params: SamplingParams, windows: Sequence[PenaltyWindow | None], passes: int = 3
+) -> dict[str, float]:
+    """Median µs per row of a verify row's sampling work: candidates (penalties,
+    filters, temperature) and the Gumbel pick; the first pass warms caches too."""
+    cand: list[int] = []
+    pick: list[int] = []
+    total: list[int] = []
+    for _ in range(passes):
+        for i, row in enumerate(rows):
+            t0 = time.perf_counter_ns()
+            c = candidates(row, params, windows[i])
+            t1 = time.perf_counter_ns()
+            gumbel_pick(c, 0, i)
+            t2 = time.perf_counter_ns()
+            cand.append(t1 - t0)
+            pick.append(t2 - t1)
+            total.append(t2 - t0)
+    return {
+        "per_row": round(statistics.median(total) / 1000, 1),
+        "candidates": round(statistics.median(cand) / 1000, 1),
+        "pick": round(statistics.median(pick) / 1000, 1),
+    }
+
+
+def sampler_cost(
+    rows: Sequence[np.ndarray], histories: Sequence[Sequence[int]], params: SamplingParams
+) -> dict[str, Any]:
+    """The sampler's µs per verify row at each of :data:`SAMPLER_VOCABS` (and the
+    target's own size): the target's own rows at its size, resized ones elsewhere.
+
+    Greedy settings are measured at temperature 0.8 (greedy itself is one argmax).
+    """
+    if params.greedy:
+        params = dataclasses.replace(params, temperature=0.8)
+    out: dict[str, Any] = {
+        "temperature": params.temperature,
+        "top_k": params.top_k,
+        "top_p": params.top_p,
+        "min_p": params.min_p,
+        "penalised": params.penalised,
+        "n_rows": len(rows),
+        "vocab": {},
+    }
+    if not rows:
+        return out
+    own = rows[0].shape[0]
+    rng = np.random.default_rng(0)
+    for size in sorted({*SAMPLER_VOCABS, own}):
+        real = size == own
+        sized = rows if real else [resize_row(r, size, rng) for r in rows]
+        windows = [
+            PenaltyWindow(params.repeat_last_n, [t for t in h if t < size]) if params.penalised else None
+            for h in histories
+        ]
+        out["vocab"][size] = {**time_sampler(sized, params, windows), "rows": "target" if real else "synthetic"}
+    return out
+
+
+# -- identity grid -------------------------------------------------------------------------
+
+PENALTIES_OFF = {"repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+PENALTIES_ON = {"repeat_penalty": 1.3, "presence_penalty": 0.2, "frequency_penalty": 0.2}
+IDENTITY_TEMPERATURE = 0.8
+IDENTITY_TOKENS = 48
+
+
+def penalty_settings(params: SamplingParams) -> dict[str, dict[str, Any]]:
+    """The grid's ``off`` and ``on`` overrides: ``on`` keeps configured penalties,
+    else :data:`PENALTIES_ON` (over ``repeat_last_n`` tokens, 64 when it is 0)."""
+    on = {k: getattr(params, k) for k in PENALTIES_ON} if params.penalised else dict(PENALTIES_ON)
+    on["repeat_last_n"] = params.repeat_last_n if params.repeat_last_n != 0 else 64
+    return {"off": dict(PENALTIES_OFF), "on": on}
+
+
+@dataclass(frozen=True)
+class IdentityCase:
+    """One speculative reply of the grid against plain sampling with the same seed."""
+
+    prompt: str
+    sampler: str
+    source: str
+    k: int | str
+    penalties: str
+    seed: int
+    first_difference: int | None
+    n_tokens: int
+    error: str = ""
+
+    @property
+    def identical(self) -> bool:
+        return self.first_difference is None and not self.error
+
+
+def run_identity(
+    speculator: Any,
+    gen: Any,
+    prompts: Sequence[BenchPrompt],
+    ks: Sequence[int | str],
+    sources: Sequence[str],
+    samplers: Sequence[str],
+    base_seed: int,
+    progress: Progress | None = None,
+    system: str = "",
+) -> list[IdentityCase]:
+    """Every (prompt, penalties, sampler, source, k): its reply against the plain reply
+    with the same seed (prompt i uses ``repeat_seed(base_seed, i)``)."""
+    cases: list[IdentityCase] = []
+    for i, p in enumerate(prompts):
+        seed = repeat_seed(base_seed, i)
+        for pen, overrides in penalty_settings(gen.sampling).items():
+            sampling = dataclasses.replace(gen.sampling, seed=seed, **overrides)
+            g = dataclasses.replace(gen, sampling=sampling, max_tokens=prompt_tokens_cap(gen, p))
+            speculator.update(enabled=False)
+            ref = run_once(speculator, p.text, g, system)
+            if progress:
+                progress.update(f"{p.name} plain, penalties {pen}")
+            for sampler in samplers:
+                gs = dataclasses.replace(g, sampling=dataclasses.replace(g.sampling, sampler=sampler))
+                for source in sources:
+                    for k in ks:
+                        speculator.update(enabled=True, source=source, n_draft=k)
+                        run = run_once(speculator, p.text, gs, system)
+                        error = run.error if run.reason == "error" else ref.error if ref.reason == "error" else ""
+                        diff = first_difference(ref.token_ids, run.token_ids)
+                        cases.append(IdentityCase(p.name, sampler, source, k, pen, seed, diff, run.n_tokens, error))
+                        if progress:
+                            progress.update(f"{p.name} {source} k={k} {sampler}, penalties {pen}")
+    return cases
+
+
+def identity_summary(cases: Sequence[IdentityCase], greedy: bool) -> dict[str, Any]:
+    """Identity share per (sampler, source, k, penalties) and overall; the mismatches.
+
+    ``met``: every case expected to be identical is (greedy, or the coupled
+    sampler); ``None`` when none is expected (rejection only).
+    """
+    grid: dict[tuple[str, str, str, str], list[IdentityCase]] = {}
+    for c in cases:
+        grid.setdefault((c.sampler, c.source, str(c.k), c.penalties), []).append(c)
+    rows = []
+    for (sampler, source, _, pen), group in grid.items():
+        same = sum(c.identical for c in group)
+        rows.append(
+            {"sampler": sampler, "source": source, "k": group[0].k, "penalties": pen,
+             "identical": same, "total": len(group), "share": round(same / len(group), 4)}
+        )  # fmt: skip
+    expected = [c for c in cases if greedy or c.sampler == "coupled"]
+    return {
+        "grid": rows,
+        "overall": _share(expected or cases),  # the cases that must be identical, when there are any
+        "by_sampler": {
+            s: _share([c for c in cases if c.sampler == s]) for s in dict.fromkeys(c.sampler for c in cases)
+        },
+        "met": all(c.identical for c in expected) if expected else None,
+        "mismatches": [dataclasses.asdict(c) for c in cases if not c.identical],
+    }
+
+
+def _share(cases: Sequence[IdentityCase]) -> dict[str, Any]:
+    same = sum(c.identical for c in cases)
+    return {"identical": same, "total": len(cases), "share": round(same / len(cases), 4) if cases else None}
+
+
+def render_identity(report: dict[str, Any]) -> str:
+    """The identity grid as text: rows (sampler, source, k), columns penalties off/on."""
+    meta = report["meta"]
+    lines = [
+        f"skippy-tui bench --identity — target {meta['target']}, draft {meta['draft'] or 'none'}",
+        f"same-seed identity with plain decoding: {_sampling_label(report, identity=True)}, "
+        f"max {meta['max_tokens']} tokens (long-form x2), {len(meta['prompts'])} prompts, "
+        f"seed {report['seed']} + prompt index",
+        f"verify: {meta['verify']}",
+        "penalties on: " + ", ".join(f"{k} {v:g}" for k, v in report["penalties"]["on"].items()),
+        "",
+    ]
+    pens = list(report["penalties"])
+    cells: dict[tuple[str, str, str], dict[str, str]] = {}
+    for r in report["grid"]:
+        cells.setdefault((r["sampler"], r["source"], str(r["k"])), {})[r["penalties"]] = (
+            f"{r['identical']}/{r['total']} {r['share']:.0%}"
+        )
+    lines.append(f"{'sampler':<10}{'source':<8}{'k':<6}" + "".join(f"penalties {p}".rjust(16) for p in pens))
+    for (sampler, source, k), by_pen in cells.items():
+        lines.append(f"{sampler:<10}{source:<8}{k:<6}" + "".join(by_pen.get(p, "-").rjust(16) for p in pens))
+    o = report["overall"]
+    greedy = not report["temperature"]
+    lines.append("")
+    for sampler, b in report["by_sampler"].items():
+        expected = greedy or sampler == "coupled"
+        verdict = _yes(b["identical"] == b["total"]) if expected else "reported only (same distribution, not tokens)"
+        lines.append(f"{sampler}: {b['identical']}/{b['total']} identical ({_fmt(b['share'], '.1%')}) — {verdict}")
+    if len(report["by_sampler"]) > 1:
+        lines.append(f"overall (must be identical): {o['identical']}/{o['total']} — {_yes(report['met'])}")
+    shown = [c for c in report["mismatches"] if greedy or c["sampler"] == "coupled"]
+    if len(shown) < len(report["mismatches"]):
+        lines.append(f"({len(report['mismatches']) - len(shown)} rejection-sampler mismatches: listed in the JSON)")
+    if shown:
+        lines.append("mismatches (first differing token index):")
+        for c in shown:
+            what = f"error: {c['error']}" if c["error"] else f"differs at token {c['first_difference']}"
+            lines.append(
+                f"  {c['prompt']}  {c['source']} k={c['k']} {c['sampler']}, penalties {c['penalties']}, "
+                f"seed {c['seed']}: {what}"
+            )
+    return "\n".join(lines)
 
 
 # -- text output -------------------------------------------------------------------------
@@ -441,7 +957,7 @@ def render_text(report: dict[str, Any]) -> str:
     methods = meta["methods"]
     lines = [
         f"skippy-tui bench — target {meta['target']}, draft {meta['draft'] or 'none'}",
-        f"{meta['threads']} threads, {'greedy' if meta['greedy'] else 'sampled'}, max {meta['max_tokens']} tokens "
+        f"{meta['threads']} threads, {_sampling_label(report)}, max {meta['max_tokens']} tokens "
         f"(long-form x2), median of {meta['repeats']} repeat(s), n_draft_max {meta['n_draft_max']}",
     ]
     load = meta.get("loadavg_1min")
@@ -455,7 +971,7 @@ def render_text(report: dict[str, Any]) -> str:
         "tokens/s of decoding, prompt prefill of both models excluded (ratio to plain)",
     ]
     w = max(len(n) for n in report["results"]) + 2
-    cw = 15
+    cw = max(15, max(len(m) for m in methods) + 2)
     lines.append("prompt".ljust(w) + "".join(m.rjust(cw) for m in methods))
     for p, row in report["results"].items():
         cells = []
@@ -489,11 +1005,9 @@ def render_text(report: dict[str, Any]) -> str:
     for p, row in report["results"].items():
         parts = [f"{m} {row[m]['mean_k']:.1f}, {row[m]['plain_step_share']:.0%}" for m in ("auto", "ngram") if m in row]
         lines.append(f"  {p:<{w}}" + ";  ".join(parts))
-    if meta["greedy"]:
-        lines += ["", "token-identical to plain (greedy)"]
-        for p, row in report["results"].items():
-            bad = [m for m in methods if row[m]["identical_to_plain"] is False]
-            lines.append(f"  {p:<{w}}" + ("all methods" if not bad else "DIFFERENT: " + ", ".join(bad)))
+    lines += ["", "token-identical to plain " + ("(greedy)" if meta["greedy"] else "(same seed per repeat)")]
+    for p, row in report["results"].items():
+        lines.append(f"  {p:<{w}}" + _identity_line(row, methods, meta["greedy"]))
     c = report["costs"]
     lines += ["", "costs (medians over every step of every run)"]
     lines.append("  verify ms by batch size: " + "  ".join(f"{b}:{v:.1f}" for b, v in c["verify_ms_by_batch"].items()))
@@ -509,6 +1023,7 @@ def render_text(report: dict[str, Any]) -> str:
             "  break-even acceptance per position: "
             + "  ".join(f"k={k}:{_fmt(v, '.0%', 'never')}" for k, v in c["break_even_acceptance"].items())
         )
+    lines += _sampler_cost_lines(report.get("sampler_cost_us"))
     if report["best_fixed_k"]:
         lines.append(
             "  best fixed k: "
@@ -518,6 +1033,18 @@ def render_text(report: dict[str, Any]) -> str:
         )
     g = report["goals"]
     lines += ["", "goals"]
+    a = g.get("acceptance_vs_greedy")
+    if a:
+        lines.append(
+            f"  coupled acceptance at k={a['k']} >= {GOAL_ACCEPTANCE} x greedy: {_yes(a['met'])}  "
+            f"{_fmt(a['coupled'], '.0%')} vs {_fmt(a['greedy'], '.0%')} = {_fmt(a['ratio'], '.2f')}"
+            + (f"  (rejection {_fmt(a['rejection'], '.0%')})" if a["rejection"] is not None else "")
+        )
+    if g.get("best_fixed_vs_plain"):
+        lines.append(
+            f"  best fixed k >= {GOAL_BEST_FIXED} x plain: {_yes(g['best_fixed_met'])}  "
+            + "  ".join(f"{p} {_fmt(v['ratio'], '.2f')}x" for p, v in g["best_fixed_vs_plain"].items())
+        )
     if g["adaptive_vs_best"]:
         lines.append(
             f"  adaptive >= 0.95 x max(plain, best fixed k): {_yes(g['adaptive_met'])}  "
@@ -529,8 +1056,58 @@ def render_text(report: dict[str, Any]) -> str:
             + "  ".join(f"{p} {v['ratio']:.2f}x" for p, v in g["ngram_rewrite_vs_plain"].items())
         )
     if g["identical_met"] is not None:
-        lines.append(f"  greedy outputs token-identical to plain: {_yes(g['identical_met'])}")
+        runs = g["identical_runs"]
+        which = "greedy outputs" if meta["greedy"] else "coupled outputs (same seed)"
+        lines.append(
+            f"  {which} token-identical to plain: {_yes(g['identical_met'])}  "
+            f"({runs['identical']}/{runs['total']} runs)"
+        )
     return "\n".join(lines)
+
+
+def _sampling_label(report: dict[str, Any], identity: bool = False) -> str:
+    """``greedy`` or ``T=0.8 top-k 40 top-p 0.95 min-p 0.05, coupled sampler (+ rejection as 'rej')``
+    (the identity grid sets the penalties itself and has no extra columns)."""
+    s = report.get("sampling") or {}
+    if not report.get("temperature"):
+        return "greedy"
+    text = f"T={report['temperature']:g} top-k {s.get('top_k')} top-p {s.get('top_p')} min-p {s.get('min_p')}"
+    pens = [f"{k} {s[k]:g}" for k, off in PENALTIES_OFF.items() if s.get(k, off) != off]
+    if pens and not identity:
+        text += ", " + ", ".join(pens) + f" (last {s.get('repeat_last_n')})"
+    samplers = report.get("samplers") or [report.get("sampler")]
+    return (
+        text
+        + f", {samplers[0]} sampler"
+        + "".join(f" (+ {x})" if identity else f" (+ {x} as '{SHORT[x]}')" for x in samplers[1:])
+    )
+
+
+def _identity_line(row: dict[str, Any], methods: Sequence[str], greedy: bool) -> str:
+    """Which methods differ from plain: unexpected ones (coupled or greedy) first."""
+    bad = [m for m in methods if row[m]["identical_to_plain"] is False]
+    unexpected = [m for m in bad if greedy or row[m]["sampler"] == "coupled"]
+    parts = [f"{m} (at token {row[m]['first_difference']})" for m in unexpected]
+    text = "DIFFERENT: " + ", ".join(parts) if parts else "all methods" if not bad else "all coupled methods"
+    rest = [m for m in bad if m not in unexpected]
+    return text + (f"; rejection differs as it may: {', '.join(rest)}" if rest else "")
+
+
+def _sampler_cost_lines(cost: dict[str, Any] | None) -> list[str]:
+    if not cost or not cost.get("vocab"):
+        return []
+    lines = [
+        f"  sampler per verify row (candidates + Gumbel pick; T={cost['temperature']:g}, top-k {cost['top_k']}, "
+        f"top-p {cost['top_p']}, min-p {cost['min_p']}, penalties {'on' if cost['penalised'] else 'off'}; "
+        f"median over {cost['n_rows']} rows x 3):"
+    ]
+    for size, v in cost["vocab"].items():
+        src = "the target's own logits" if v["rows"] == "target" else "synthetic: the target's rows resized"
+        lines.append(
+            f"    {int(size):>7,} tokens: {v['per_row']:.0f} µs (candidates {v['candidates']:.0f}, "
+            f"pick {v['pick']:.0f}) — {src}"
+        )
+    return lines
 
 
 def _yes(v: bool | None) -> str:
@@ -564,7 +1141,7 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 def _prompt_list(text: str) -> tuple[str, ...]:
     names = tuple(x.strip() for x in text.split(",") if x.strip())
-    known = {p.name for p in SUITE} | {p.kind for p in SUITE}
+    known = {p.name for p in SUITE + EXTRA} | {p.kind for p in SUITE + EXTRA}
     bad = [n for n in names if n not in known]
     if bad or not names:
         what = bad[0] if bad else text
@@ -572,20 +1149,41 @@ def _prompt_list(text: str) -> tuple[str, ...]:
     return names
 
 
+def _sampler_list(text: str) -> tuple[str, ...]:
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    if not names or any(n not in SAMPLERS for n in names) or len(set(names)) < len(names):
+        raise argparse.ArgumentTypeError(f"expected distinct samplers from {', '.join(SAMPLERS)}, got {text!r}")
+    return names
+
+
 def add_bench_parser(sub: Any, add_model_flags: Callable[..., None]) -> argparse.ArgumentParser:
     """Register ``skippy-tui bench`` on the CLI's subparsers."""
-    b = sub.add_parser("bench", help="measure plain vs speculative decoding on a fixed prompt suite")
+    # "resolve": the bench's --sampler (a list) replaces the model flags' single choice
+    b = sub.add_parser(
+        "bench", help="measure plain vs speculative decoding on a fixed prompt suite", conflict_handler="resolve"
+    )
     b.add_argument("--repeats", type=int, default=5, metavar="N", help="runs per prompt and method (median; default 5)")
-    b.add_argument("--k", type=_int_list, default=DEFAULT_KS, metavar="K,K", help="fixed k values (default 1,2,4,8)")
+    b.add_argument(
+        "--k", type=_int_list, default=None, metavar="K,K",
+        help="fixed k values (default 1,2,4,8; with --identity 1,4,8, auto always added)",
+    )  # fmt: skip
     b.add_argument(
         "--prompts", type=_prompt_list, default=None, metavar="NAMES", help="subset of the suite, by name or kind"
     )
     b.add_argument("--with-combined", action="store_true", default=False, help="also run ngram+model")
     b.add_argument("--no-warmup", action="store_true", default=False, help="skip the unmeasured warm-up pass")
+    b.add_argument(
+        "--identity", action="store_true", default=False,
+        help="same-seed identity grid instead: prompts x k x source x penalties off/on (T=0.8, 48 tokens by default)",
+    )  # fmt: skip
     b.add_argument("--json", action="store_true", default=False, help="print the report as JSON on stdout")
     b.add_argument("--save", type=Path, default=None, metavar="FILE", help="also write the JSON report to FILE")
     b.add_argument("--no-progress", action="store_true", default=False, help="no progress bar on stderr")
     add_model_flags(b, sub=True)
+    b.add_argument(
+        "--sampler", type=_sampler_list, metavar="S[,S]",
+        help="coupled or rejection; a list (coupled,rejection) adds the model methods under the others ('k=4 rej')",
+    )  # fmt: skip
     b.set_defaults(func=cmd_bench)
     return b
 
@@ -605,54 +1203,54 @@ def cmd_bench(args: argparse.Namespace) -> int:
         # checked first: a bench takes minutes and its figures must not be lost at the end
         sys.stderr.write(f"skippy-tui: error: --save {args.save}: no writable folder {args.save.parent}\n")
         return 2
+    samplers = getattr(args, "sampler", None)
+    if isinstance(samplers, tuple):
+        args.sampler = samplers[0]  # the config takes the first; the others become extra columns
     cfg = config_from_args(args)
     if "generation.max_tokens" not in cfg.present:
-        cfg.set("generation", "max_tokens", DEFAULT_BENCH_TOKENS)
+        cfg.set("generation", "max_tokens", IDENTITY_TOKENS if args.identity else DEFAULT_BENCH_TOKENS)
+    if args.identity and "sampling.temperature" not in cfg.present:
+        cfg.set("sampling", "temperature", IDENTITY_TEMPERATURE)
+    ks = args.k or (IDENTITY_KS if args.identity else DEFAULT_KS)
     spec = cfg.engine_spec()
     # the load checks capacity for the largest k any method will ask for
-    k_top = max(*args.k, spec.speculation.n_draft_max)
+    k_top = max(*ks, spec.speculation.n_draft_max)
     spec = dataclasses.replace(spec, speculation=dataclasses.replace(spec.speculation, n_draft=k_top, enabled=True))
     gen = cfg.generation()
-    prompts = [p for p in SUITE if args.prompts is None or p.name in args.prompts or p.kind in args.prompts]
+    samplers = samplers if isinstance(samplers, tuple) else (gen.sampling.sampler,)
+    if gen.sampling.greedy and len(samplers) > 1 and not args.identity:
+        sys.stderr.write("skippy-tui: note: greedy decoding is the same under every sampler; running the first only\n")
+        samplers = samplers[:1]
+    base_seed = gen.sampling.seed if gen.sampling.seed is not None else draw_seed()
+    pool = SUITE + EXTRA if args.identity or args.prompts else SUITE
+    prompts = [p for p in pool if args.prompts is None or p.name in args.prompts or p.kind in args.prompts]
     speculator = load_speculator(spec, _stderr_progress() if not args.no_progress else (lambda s, f: None))
     try:
-        has_model = speculator.model_drafter is not None
-        methods = methods_for(args.k, has_model, ("ngram+model",) if args.with_combined else ())
-        total = len(prompts) * len(methods) * args.repeats + (0 if args.no_warmup else len(methods))
-        progress = Progress(total, enabled=not args.no_progress)
         system = cfg.get("generation", "system_prompt") or ""
+        head = {
+            "mode": "identity" if args.identity else "bench",
+            "temperature": gen.sampling.temperature,
+            "sampler": samplers[0],
+            "samplers": list(samplers),
+            "seed": base_seed,
+            "sampling": sampling_settings(gen.sampling),
+        }
         t0 = time.perf_counter()
         load_before = _loadavg()
-        try:
-            cells = run_bench(speculator, gen, prompts, methods, args.repeats, not args.no_warmup, progress, system)
-        finally:
-            progress.close()
-        report = summarise(cells, prompts, methods, args.k, gen.sampling.greedy)
-        ctx = speculator.target_cache.ctx
-        report["meta"] = {
-            "target": Path(speculator.target.path).name,
-            "target_path": str(speculator.target.path),
-            "draft": Path(speculator.model_drafter.model.path).name if has_model else None,
-            "draft_path": str(speculator.model_drafter.model.path) if has_model else None,
-            "threads": _threads(spec.target.load.threads),
-            "n_ctx": ctx.n_ctx,
-            "greedy": gen.sampling.greedy,
-            "max_tokens": gen.max_tokens,
-            "repeats": args.repeats,
-            "ks": list(args.k),
-            "n_draft_max": spec.speculation.n_draft_max,
-            "methods": [m.name for m in methods],
-            "prompts": {p.name: {"kind": p.kind, "max_tokens": round(gen.max_tokens * p.length)} for p in prompts},
+        if args.identity:
+            report = head | _identity_report(args, speculator, gen, prompts, ks, samplers, base_seed, system)
+        else:
+            report = head | _bench_report(args, speculator, gen, prompts, ks, samplers, base_seed, system)
+        report["meta"] = _meta(speculator, spec, gen, prompts, ks) | {
+            "repeats": 1 if args.identity else args.repeats,
+            "methods": report.pop("methods", []),
             "seconds": round(time.perf_counter() - t0, 1),
-            "cpus": _cpus(),
             "loadavg_1min": [load_before, _loadavg()],
         }
     finally:
         speculator.close()
-    if args.json:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
-    else:
-        sys.stdout.write(render_text(report) + "\n")
+    text = render_identity(report) if args.identity else render_text(report)
+    sys.stdout.write((json.dumps(report, indent=2) if args.json else text) + "\n")
     if args.save is not None:
         try:
             atomic_write_text(args.save, json.dumps(report, indent=2) + "\n")
@@ -660,6 +1258,97 @@ def cmd_bench(args: argparse.Namespace) -> int:
             sys.stderr.write(f"skippy-tui: error: cannot write {args.save}: {e.strerror or e}\n")
             return 1
     return 0
+
+
+def sampling_settings(params: SamplingParams) -> dict[str, Any]:
+    """The report's filter and penalty settings (the seed and sampler are reported apart)."""
+    return {k: getattr(params, k) for k in ("top_k", "top_p", "min_p", *PENALTIES_ON, "repeat_last_n")}
+
+
+def _bench_report(
+    args: argparse.Namespace,
+    speculator: Any,
+    gen: Any,
+    prompts: Sequence[BenchPrompt],
+    ks: Sequence[int],
+    samplers: Sequence[str],
+    base_seed: int,
+    system: str,
+) -> dict[str, Any]:
+    """The suite: every method, then (sampled) the greedy reference and the sampler's cost."""
+    greedy = gen.sampling.greedy
+    has_model = speculator.model_drafter is not None
+    methods = methods_for(ks, has_model, ("ngram+model",) if args.with_combined else (), samplers)
+    reference = has_model and not greedy
+    total = len(prompts) * (len(methods) * args.repeats + reference) + (0 if args.no_warmup else len(methods))
+    progress = Progress(total, enabled=not args.no_progress)
+    try:
+        cells = run_bench(
+            speculator, gen, prompts, methods, args.repeats, not args.no_warmup, progress, system, base_seed
+        )
+        greedy_ref = (
+            run_greedy_reference(speculator, gen, prompts, acceptance_k(ks), progress, system) if reference else None
+        )
+    finally:
+        progress.close()
+    replies = [(p.text, cells[p.name]["plain"].runs[0].token_ids) for p in prompts]
+    rows, histories = target_rows(speculator, replies, system)
+    return {
+        "seeds": [repeat_seed(base_seed, r) for r in range(args.repeats)],
+        **summarise(cells, prompts, methods, ks, greedy, greedy_ref),
+        "sampler_cost_us": sampler_cost(rows, histories, gen.sampling),
+        "methods": [m.name for m in methods],
+    }
+
+
+def _identity_report(
+    args: argparse.Namespace,
+    speculator: Any,
+    gen: Any,
+    prompts: Sequence[BenchPrompt],
+    ks: Sequence[int],
+    samplers: Sequence[str],
+    base_seed: int,
+    system: str,
+) -> dict[str, Any]:
+    """The identity grid: no warm-up and no timing, one reply per case."""
+    sources = ("model", "ngram") if speculator.model_drafter is not None else ("ngram",)
+    grid_ks: list[int | str] = [*ks, "auto"]
+    total = len(prompts) * 2 * (1 + len(samplers) * len(sources) * len(grid_ks))
+    progress = Progress(total, enabled=not args.no_progress)
+    try:
+        cases = run_identity(speculator, gen, prompts, grid_ks, sources, samplers, base_seed, progress, system)
+    finally:
+        progress.close()
+    return {
+        "prompts": [p.name for p in prompts],
+        "ks": grid_ks,
+        "sources": list(sources),
+        "penalties": penalty_settings(gen.sampling),
+        **identity_summary(cases, gen.sampling.greedy),
+    }
+
+
+def _meta(speculator: Any, spec: Any, gen: Any, prompts: Sequence[BenchPrompt], ks: Sequence[int]) -> dict[str, Any]:
+    """What ran where: models, threads, context, lengths; how verification stays exact."""
+    has_model = speculator.model_drafter is not None
+    inv = speculator.invariance
+    return {
+        "target": Path(speculator.target.path).name,
+        "target_path": str(speculator.target.path),
+        "draft": Path(speculator.model_drafter.model.path).name if has_model else None,
+        "draft_path": str(speculator.model_drafter.model.path) if has_model else None,
+        "threads": _threads(spec.target.load.threads),
+        "n_ctx": speculator.target_cache.ctx.n_ctx,
+        "n_vocab": speculator.target.n_vocab,
+        "greedy": gen.sampling.greedy,
+        "max_tokens": gen.max_tokens,
+        "ks": list(ks),
+        "n_draft_max": spec.speculation.n_draft_max,
+        "prompts": {p.name: {"kind": p.kind, "max_tokens": prompt_tokens_cap(gen, p)} for p in prompts},
+        "verify": inv.label() if inv is not None else "not checked (exact = false): same-seed identity is approximate",
+        "cpus": _cpus(),
+    }
 
 
 def _loadavg() -> float | None:

@@ -3,9 +3,34 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
-from skippy_tui.bench import SUITE, Cell, Method, Progress, RunResult, methods_for, render_text, summarise
-from skippy_tui.cli import main
+import numpy as np
+import pytest
+
+from skippy_tui.bench import (
+    SUITE,
+    Cell,
+    IdentityCase,
+    Method,
+    Progress,
+    RunResult,
+    first_difference,
+    identity_summary,
+    methods_for,
+    render_identity,
+    render_text,
+    repeat_seed,
+    resize_row,
+    run_bench,
+    run_greedy_reference,
+    run_identity,
+    sampler_cost,
+    summarise,
+)
+from skippy_tui.cli import build_parser, main
+from skippy_tui.engine.sampling import SamplingParams
+from skippy_tui.engine.settings import GenerationSettings
 
 
 def test_bench_json_end_to_end(capsys):
@@ -108,3 +133,216 @@ def test_progress_bar_lines():
     p.update("chat k=2")
     assert s.text.count("\n") == 2 and "2/4 chat k=2" in s.text
     assert isinstance(Method("x", {}), Method)
+
+
+# -- sampling (issue 7) ---------------------------------------------------------------
+
+
+def test_bench_sampled_json_end_to_end(capsys):
+    """T=0.8 on the default pair: coupled methods equal plain at the same seed; rejection is reported."""
+    rc = main(["bench", "--prompts", "chat", "--repeats", "1", "--max-tokens", "8", "--k", "4",
+               "--temperature", "0.8", "--seed", "7", "--sampler", "coupled,rejection",
+               "--json", "--no-progress", "--no-warmup"])  # fmt: skip
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["mode"] == "bench" and report["temperature"] == 0.8
+    assert report["sampler"] == "coupled" and report["samplers"] == ["coupled", "rejection"]
+    assert report["seed"] == 7 and report["seeds"] == [7]
+    row = report["results"]["chat"]
+    assert list(row) == ["plain", "k=4", "auto", "ngram", "k=4 rej", "auto rej"]
+    for name, r in row.items():
+        assert "acceptance_rate" in r and r["n_tokens"] == 8
+        if r["sampler"] == "coupled":
+            assert r["identical_to_plain"] is True and r["first_difference"] is None, name
+        else:
+            assert isinstance(r["identical_to_plain"], bool), name  # reported, not expected
+    goals = report["goals"]
+    assert goals["identical_met"] is True and goals["identical_runs"] == {"identical": 3, "total": 3}
+    acc = goals["acceptance_vs_greedy"]
+    assert acc["k"] == 4 and acc["greedy"] is not None and acc["rejection"] is not None
+    assert goals["acceptance_met"] is acc["met"] and set(goals["best_fixed_vs_plain"]) == {"chat"}
+    cost = report["sampler_cost_us"]["vocab"]
+    assert cost["49152"]["rows"] == "target" and cost["262144"]["rows"] == "synthetic"
+    assert all(v["per_row"] > 0 for v in cost.values())
+
+
+def test_identity_grid_end_to_end(capsys):
+    rc = main(["bench", "--identity", "--prompts", "chat,haiku", "--k", "4", "--max-tokens", "12", "--seed", "3",
+               "--json", "--no-progress"])  # fmt: skip
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["mode"] == "identity" and report["temperature"] == 0.8  # the mode's default
+    assert report["ks"] == [4, "auto"] and report["sources"] == ["model", "ngram"]
+    assert report["overall"] == {"identical": 16, "total": 16, "share": 1.0}  # 2 prompts x 2 penalties x 2 x 2
+    assert report["met"] is True and report["mismatches"] == [] and list(report["by_sampler"]) == ["coupled"]
+    assert len(report["grid"]) == 8 and report["penalties"]["on"]["repeat_penalty"] == 1.3
+
+
+class FakeSpeculator:
+    """Records the settings of every reply; each reply is three tokens picked from its seed."""
+
+    def __init__(self) -> None:
+        self.settings: dict = {}
+        self.calls: list[tuple[dict, SamplingParams]] = []
+
+    def forget(self) -> None:
+        pass
+
+    def update(self, **settings) -> None:
+        self.settings = settings
+
+    def run(self, messages, gen):
+        self.calls.append((self.settings, gen.sampling))
+        tokens = (gen.sampling.seed or 0, 1, 2)
+        yield SimpleNamespace(type="reply_started", draft_prefill_ms=0.0)
+        yield SimpleNamespace(
+            type="finish", n_tokens=3, generation_ms=10.0, n_steps=3, n_drafted=0, n_accepted=0,
+            token_ids=tokens, reason="max_tokens", error="", seed=gen.sampling.seed,
+        )  # fmt: skip
+
+
+def test_every_method_of_a_repeat_gets_that_repeats_seed():
+    fake = FakeSpeculator()
+    gen = GenerationSettings(SamplingParams(temperature=0.8), max_tokens=4)
+    methods = methods_for((2,), True, (), ("coupled", "rejection"))
+    assert [(m.name, m.sampler, m.variant) for m in methods] == [
+        ("plain", "coupled", ""), ("k=2", "coupled", ""), ("auto", "coupled", ""), ("ngram", "coupled", ""),
+        ("k=2 rej", "rejection", "rej"), ("auto rej", "rejection", "rej"),
+    ]  # fmt: skip
+    prompts = SUITE[:2]
+    cells = run_bench(fake, gen, prompts, methods, 3, warmup=False, base_seed=100)
+    assert len(fake.calls) == 2 * len(methods) * 3
+    for row in cells.values():
+        for name, cell in row.items():
+            assert [r.seed for r in cell.runs] == [100, 101, 102], name
+    assert {s.sampler for st, s in fake.calls if st.get("n_draft") == 2 and len(st) == 3} == {"coupled", "rejection"}
+    ref = run_greedy_reference(fake, gen, prompts, 4)
+    assert set(ref) == {p.name for p in prompts}
+    assert fake.calls[-1][0]["n_draft"] == 4 and fake.calls[-1][1].temperature == 0.0
+    assert repeat_seed(2**63 - 1, 1) == 0  # wraps within the seed's bounds
+
+
+def test_identity_grid_runs_every_case_with_the_prompts_seed():
+    fake = FakeSpeculator()
+    gen = GenerationSettings(SamplingParams(temperature=0.8), max_tokens=4)
+    cases = run_identity(fake, gen, SUITE[:2], [1, "auto"], ("model", "ngram"), ("coupled",), base_seed=5)
+    assert len(cases) == 2 * 2 * 2 * 2 and all(c.identical for c in cases)
+    assert {c.seed for c in cases if c.prompt == SUITE[1].name} == {6}
+    pens = {(s.repeat_penalty, s.presence_penalty, s.frequency_penalty) for _, s in fake.calls}
+    assert pens == {(1.0, 0.0, 0.0), (1.3, 0.2, 0.2)}
+    assert sum(1 for st, _ in fake.calls if st == {"enabled": False}) == 4  # one plain reference per prompt x penalties
+
+
+def test_first_difference():
+    assert first_difference((1, 2, 3), (1, 2, 3)) is None
+    assert first_difference((1, 2, 3), (1, 5, 3)) == 1
+    assert first_difference((1, 2, 3), (1, 2)) == 2
+
+
+def test_sampled_summary_goals():
+    """Same seed per repeat: coupled runs must equal plain's run of their repeat; rejection may differ."""
+    prompts = [p for p in SUITE if p.name == "chat"]
+    methods = methods_for((2, 4), True, (), ("coupled", "rejection"))
+    a, b = (1, 2, 3), (4, 5, 6)  # repeat 0 and repeat 1 (different seeds)
+    cells = {"chat": {
+        "plain": Cell([_run(20, a), _run(20, b)]),
+        "k=2": Cell([_run(22, a, 4, 3), _run(22, b, 4, 3)]),
+        "k=4": Cell([_run(24, a, 8, 6), _run(24, b, 8, 6)]),
+        "auto": Cell([_run(23, a, 8, 6), _run(23, b, 8, 6)]),
+        "ngram": Cell([_run(19, a), _run(19, b)]),
+        "k=2 rej": Cell([_run(21, a, 4, 2), _run(21, (4, 9, 9), 4, 2)]),
+        "k=4 rej": Cell([_run(21, a, 8, 4), _run(21, b, 8, 4)]),
+        "auto rej": Cell([_run(21, a, 8, 4), _run(21, b, 8, 4)]),
+    }}  # fmt: skip
+    greedy_ref = {"chat": Cell([_run(30, (7, 7, 7), 8, 8)])}
+    report = summarise(cells, prompts, methods, (2, 4), greedy=False, greedy_ref=greedy_ref)
+    chat = report["results"]["chat"]
+    assert chat["k=4"]["identical_to_plain"] is True and chat["k=4"]["sampler"] == "coupled"
+    assert chat["k=2 rej"]["identical_to_plain"] is False and chat["k=2 rej"]["first_difference"] == 1
+    g = report["goals"]
+    assert set(g) == {
+        "adaptive_vs_best", "adaptive_met", "ngram_rewrite_vs_plain", "ngram_met", "identical_met", "identical_runs",
+        "best_fixed_vs_plain", "best_fixed_met", "acceptance_vs_greedy", "acceptance_met",
+    }  # fmt: skip
+    assert g["identical_met"] is True and g["identical_runs"] == {"identical": 8, "total": 8}  # rejection not counted
+    assert g["best_fixed_vs_plain"] == {"chat": {"k": 4, "ratio": 1.2, "met": True}} and g["best_fixed_met"] is True
+    acc = g["acceptance_vs_greedy"]
+    assert (acc["k"], acc["coupled"], acc["greedy"], acc["rejection"], acc["ratio"]) == (4, 0.75, 1.0, 0.5, 0.75)
+    assert acc["met"] is False and g["acceptance_met"] is False  # 0.75 < 0.85
+    # costs come from the main columns only
+    assert report["costs"]["verify_samples_by_batch"] == {1: 10, 3: 10}
+    report |= {
+        "temperature": 0.8,
+        "samplers": ["coupled", "rejection"],
+        "sampling": {"top_k": 40, "top_p": 0.95, "min_p": 0.05},
+    }
+    report["meta"] = {"target": "t.gguf", "draft": "d.gguf", "threads": 2, "greedy": False, "max_tokens": 8,
+                      "repeats": 2, "n_draft_max": 8, "methods": [m.name for m in methods]}  # fmt: skip
+    text = render_text(report)
+    assert "T=0.8 top-k 40" in text and "(+ rejection as 'rej')" in text
+    assert "all coupled methods; rejection differs as it may: k=2 rej" in text
+    assert "coupled acceptance at k=4 >= 0.85 x greedy: NOT met  75% vs 100% = 0.75  (rejection 50%)" in text
+
+
+def test_greedy_summary_keeps_the_sampled_goals_empty():
+    prompts = [p for p in SUITE if p.name == "chat"]
+    methods = methods_for((2,), True)
+    cells = {"chat": {m.name: Cell([_run(20, (1, 2))]) for m in methods}}
+    g = summarise(cells, prompts, methods, (2,), greedy=True)["goals"]
+    assert g["best_fixed_vs_plain"] == {} and g["best_fixed_met"] is None
+    assert g["acceptance_vs_greedy"] is None and g["acceptance_met"] is None
+    assert g["identical_met"] is True and g["identical_runs"] == {"identical": 3, "total": 3}
+
+
+def test_identity_summary_and_text():
+    def case(sampler, k, pen, diff=None):
+        return IdentityCase("chat", sampler, "model", k, pen, 9, diff, 12)
+
+    cases = [case("coupled", 1, "off"), case("coupled", 1, "on"), case("coupled", "auto", "on", 5)]
+    s = identity_summary(cases, greedy=False)
+    assert s["overall"] == {"identical": 2, "total": 3, "share": 0.6667} and s["met"] is False
+    assert s["by_sampler"] == {"coupled": s["overall"]}
+    assert s["mismatches"] == [
+        {"prompt": "chat", "sampler": "coupled", "source": "model", "k": "auto", "penalties": "on", "seed": 9,
+         "first_difference": 5, "n_tokens": 12, "error": ""}
+    ]  # fmt: skip
+    both = identity_summary([*cases, case("rejection", 1, "off", 0)], greedy=False)
+    assert both["overall"] == s["overall"] and both["by_sampler"]["rejection"]["share"] == 0.0  # reported only
+    assert identity_summary([case("rejection", 1, "off", 0)], greedy=False)["met"] is None
+    assert identity_summary([case("rejection", 1, "off")], greedy=True)["met"] is True  # greedy: any sampler
+    meta = {"target": "t.gguf", "draft": None, "max_tokens": 12, "prompts": {"chat": {}}, "verify": "exact"}
+    sampling = {"top_k": 40, "top_p": 0.95, "min_p": 0.05}
+    report = {"seed": 9, "temperature": 0.8, "samplers": ["coupled"], "sampling": sampling,
+              "penalties": {"off": {}, "on": {"repeat_penalty": 1.3}}, **s, "meta": meta}  # fmt: skip
+    text = render_identity(report)
+    assert "coupled: 2/3 identical (66.7%) — NOT met" in text
+    assert "chat  model k=auto coupled, penalties on, seed 9: differs at token 5" in text
+    assert "1/1 100%" in text and "0/1 0%" in text
+
+
+def test_sampler_cost_real_and_synthetic_rows():
+    rng = np.random.default_rng(1)
+    rows = [rng.normal(0, 3, 1000).astype(np.float32) for _ in range(3)]
+    cost = sampler_cost(rows, [[1, 2, 3]] * 3, SamplingParams(temperature=0.0, repeat_penalty=1.3))
+    assert cost["temperature"] == 0.8 and cost["penalised"] is True  # greedy is measured as sampled
+    assert list(cost["vocab"]) == [1000, 49_152, 262_144]
+    assert [v["rows"] for v in cost["vocab"].values()] == ["target", "synthetic", "synthetic"]
+    assert all(v["per_row"] > 0 for v in cost["vocab"].values())
+
+
+def test_resized_rows_keep_the_head_and_the_spread():
+    rng = np.random.default_rng(2)
+    row = rng.normal(0, 2, 5000).astype(np.float32)
+    for size in (3000, 20000):
+        out = resize_row(row, size, rng, head=50)
+        assert out.shape == (size,) and out.dtype == np.float32
+        assert np.array_equal(np.sort(out)[-50:], np.sort(row)[-50:])  # the head once, not duplicated
+        assert np.isin(out, row).all()
+
+
+def test_sampler_flag_takes_a_list():
+    p = build_parser()
+    assert p.parse_args(["bench", "--sampler", "coupled,rejection"]).sampler == ("coupled", "rejection")
+    assert p.parse_args(["--sampler", "rejection", "bench"]).sampler == "rejection"  # the top-level flag still works
+    with pytest.raises(SystemExit):
+        p.parse_args(["bench", "--sampler", "coupled,coupled"])
