@@ -87,6 +87,7 @@ class ReplyStarted(Event):
     ``draft_prefill_ms``). ``sampling``: the settings the reply starts with —
     temperature, top_k, top_p, min_p, the penalties, ``sampler``, ``seed`` (the
     resolved seed) and ``seed_fixed`` (False when it was drawn for this reply).
+    ``p_min``: the draft's stopping probability at the start.
     """
 
     type: ClassVar[str] = "reply_started"
@@ -101,6 +102,7 @@ class ReplyStarted(Event):
     sampling: dict[str, Any] = field(default_factory=dict)
     draft_sync: SyncInfo = field(default_factory=lambda: SyncInfo("none"))
     draft_prefill_ms: float = 0.0
+    p_min: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,7 +90,10 @@ class Speculator:
         self.k_policy: object | None = None
         self.estimator: AdaptiveK | None = None
         self._verify_costs = VerifyCosts()
-        self._policies: dict[str, AdaptiveK] = {}
+        # acceptance differs by draft source and by how tokens are chosen (greedy,
+        # coupled or rejection sampling): one policy per pair, verify costs shared
+        self._policies: dict[tuple[str, str], AdaptiveK] = {}
+        self._mode = "greedy"
         self._install_policy()
         self._turn = 0
 
@@ -121,9 +124,9 @@ class Speculator:
         return self.speculation
 
     def _install_policy(self) -> None:
-        """One AdaptiveK per draft source measures every step (the verdict); with
-        ``n_draft = "auto"`` it also chooses k."""
-        key = self.drafter.source if self.drafter is not None else "none"
+        """One AdaptiveK per (draft source, sampling mode) measures every step (the
+        verdict); with ``n_draft = "auto"`` it also chooses k."""
+        key = (self.drafter.source if self.drafter is not None else "none", self._mode)
         if key not in self._policies:
             self._policies[key] = AdaptiveK(self._verify_costs)
         self.estimator = self._policies[key]
@@ -131,6 +134,13 @@ class Speculator:
             self.k_policy = self.estimator
         elif isinstance(self.k_policy, AdaptiveK):
             self.k_policy = None
+
+    def reset_policies(self) -> None:
+        """Forget what the adaptive policies measured (costs, acceptance) for every draft source."""
+        prior = self._verify_costs.prior_slope
+        self._verify_costs = VerifyCosts(prior)
+        self._policies.clear()
+        self._install_policy()
 
     def seed_verify_costs(self, timings_ms: dict[int, float]) -> None:
         """First estimates of the target's verify cost by batch size (ms), e.g. from the probe.
@@ -264,6 +274,7 @@ class Speculator:
             speculative=spec.enabled and self.drafter is not None,
             draft_source=self.drafter.source if self.drafter is not None else "none",
             n_draft=spec.n_draft,
+            p_min=spec.p_min,
             sampling=sampling_dict(params, seed),
         )
         yield from self._loop(context, gen, ReplySampler(params, seed), cancelled, prefill_ms)
@@ -274,6 +285,7 @@ class Speculator:
         stats = AcceptanceStats()
         utf8, stops, spans = Utf8Assembler(), StopStringMatcher(gen.stop), SpanQueue()
         window = _window(sampler.params, context)
+        seen = gen.sampling
         token_ids: list[int] = []
         text: list[str] = []
         reason: str | None = None
@@ -289,11 +301,18 @@ class Speculator:
                 break
             t_step = time.perf_counter()
             changed = None
-            if gen.sampling is not sampler.params and gen.sampling != sampler.params:
+            if gen.sampling is not seen:
                 # a change made mid-reply (F3) applies from this step; the seed stays the reply's
-                sampler.params = gen.sampling
-                changed = sampling_dict(sampler.params, sampler.seed)
-                window = _window(sampler.params, context)
+                seen = gen.sampling
+                wanted = dataclasses.replace(seen, seed=sampler.params.seed)
+                if wanted != sampler.params:
+                    sampler.params = wanted
+                    changed = sampling_dict(wanted, sampler.seed)
+                    window = _window(wanted, context)
+            mode = "greedy" if sampler.params.greedy else sampler.params.sampler
+            if mode != self._mode:
+                self._mode = mode
+                self._install_policy()
             try:
                 block = self._speculate(context, gen.max_tokens - len(token_ids), sampler, window)
             except ContextFullError as e:
