@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -28,6 +30,10 @@ PROMPTS = [
 # Batch-invariant CPU kernels (see README, "Exactness"): a row's logits do not
 # depend on how many rows the batch holds, so verify == plain decoding bit for bit.
 EXACT = {"flash_attn": "off", "repack": False}
+THREADS = 2
+"""Pinned, so a test decodes the same way on any machine (0 would take every core)."""
+
+_initial: weakref.WeakKeyDictionary[Speculator, SpeculationSettings] = weakref.WeakKeyDictionary()
 
 
 def load(
@@ -39,8 +45,10 @@ def load(
     load_params: dict | None = None,
     **spec: object,
 ) -> Speculator:
-    lp = LoadParams(n_ctx=n_ctx, n_batch=256, n_ubatch=256, **(EXACT if load_params is None else load_params))
-    return load_speculator(
+    lp = LoadParams(
+        n_ctx=n_ctx, n_batch=256, n_ubatch=256, threads=THREADS, **(EXACT if load_params is None else load_params)
+    )
+    s = load_speculator(
         EngineSpec(
             target=ModelSpec(target, lp),
             draft=ModelSpec(draft, lp) if draft else None,
@@ -48,6 +56,36 @@ def load(
             cache_dir=cache_dir,
             use_draft=draft is not None,
         )
+    )
+    _initial[s] = s.speculation
+    return s
+
+
+def restore(s: Speculator) -> None:
+    """Back to the settings it was loaded with, empty KV caches and nothing learned by
+    ``auto`` (module-scoped models, but every test starts from the same state)."""
+    initial = _initial.get(s)
+    if initial is not None and s.speculation != initial:
+        fields = {f.name: getattr(initial, f.name) for f in dataclasses.fields(initial)}
+        if s.model_drafter is None and fields["source"] == "model":
+            del fields["source"]  # a target alone cannot switch back to "model"; enabled=False is what counts
+        s.update(**fields)
+    s.forget()
+    s.reset_policies()
+
+
+def largest_verify_batch(runs: Iterable[Run]) -> int:
+    """The most rows any step of these replies verified in one batch (proposal + 1)."""
+    return max((len(s.proposed) + 1 for r in runs for s in r.steps), default=0)
+
+
+def assert_verified_in_batches(spec: Speculator, runs: Iterable[Run], at_least: int = 2) -> None:
+    """Speculative == plain must not hold by construction: batches of several rows were
+    verified, and this build does not split them into single rows."""
+    assert largest_verify_batch(runs) >= at_least
+    assert spec.verify_rows is None or spec.verify_rows > 1, (
+        f"verification went row by row ({spec.invariance.label() if spec.invariance else None}): "
+        "rebuild llama-cpp-python with CMAKE_ARGS=-DGGML_LLAMAFILE=OFF (README, Exactness)"
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import Run, load, user
+from helpers import Run, assert_verified_in_batches, load, restore, user
 
 from skippy_tui.cli import main
 from skippy_tui.engine.drafters import Proposal
@@ -93,7 +93,7 @@ class FakeModel:
         self.calls.append("sync")
         return SyncInfo("extend", len(context) - 2, len(context) - 1)
 
-    def propose(self, context, k, p_min):
+    def propose(self, context, k, p_min, rule=None):
         self.calls.append("propose")
         return Proposal(tuple([42] * k), tuple([0.9] * k), (), "model")
 
@@ -122,9 +122,9 @@ def test_build_drafter():
     model = FakeModel()
     assert build_drafter("model", None) is None
     assert build_drafter("model", model) is model  # type: ignore[arg-type]
-    assert isinstance(build_drafter("ngram", model), NgramDrafter)  # type: ignore[arg-type]
-    assert isinstance(build_drafter("ngram+model", model), CombinedDrafter)  # type: ignore[arg-type]
-    assert isinstance(build_drafter("ngram+model", None), NgramDrafter)
+    assert build_drafter("ngram", model).source == "ngram"  # type: ignore[arg-type,union-attr]
+    assert build_drafter("ngram+model", model).source == "ngram+model"  # type: ignore[arg-type,union-attr]
+    assert build_drafter("ngram+model", None).source == "ngram"  # type: ignore[union-attr]
 
 
 # -- real models ----------------------------------------------------------------------------------
@@ -135,7 +135,8 @@ PASSAGE = (
 )
 PROMPTS = [
     "Repeat the following text exactly:\n\n" + PASSAGE,
-    "Write a haiku about autumn leaves.",
+    # partly repetitive: the n-gram drafter finds matches, some right, some wrong
+    "Write the days of the week, then write them again in reverse order.",
 ]
 GEN = GenerationSettings(SamplingParams(temperature=0.0), max_tokens=48)
 
@@ -152,6 +153,14 @@ def pair(smollm2_f32, smollm2_q4_1, cache_dir):
     sp = load(smollm2_f32, smollm2_q4_1, cache_dir, n_draft=4)
     yield sp
     sp.close()
+
+
+@pytest.fixture(autouse=True)
+def _fresh(request):
+    yield
+    for name in ("pair", "target_only"):
+        if name in request.fixturenames:
+            restore(request.getfixturevalue(name))
 
 
 def _plain(sp, prompt):
@@ -172,8 +181,12 @@ def test_ngram_without_draft_model_equals_plain(target_only, prompt, n_draft):
     assert run.finish.token_ids == plain.finish.token_ids
     assert run.started.speculative and run.started.draft_source == "ngram"
     drafted = [s for s in run.steps if s.proposed]
+    assert drafted and run.finish.n_drafted > 0
     if prompt.startswith("Repeat"):
-        assert drafted and run.finish.acceptance_rate > 0.5
+        assert run.finish.acceptance_rate > 0.5
+        assert_verified_in_batches(target_only, [run], at_least=3)
+    else:  # matches that the reply does not follow: rejected n-gram tokens, output still plain
+        assert run.finish.acceptance_rate < 1.0
     for s in drafted:
         assert s.draft_source == "ngram" and all(t.prob is None for t in s.proposed)
         assert s.sync.kind in ("extend", "reset", "truncate", "synced")
@@ -189,8 +202,10 @@ def test_ngram_and_combined_equal_plain_with_the_pair(pair, prompt):
         run = Run(pair.run(user(prompt), GEN))
         assert run.finish.token_ids == plain.finish.token_ids, source
         assert run.started.draft_source == source
-    # the combined source uses both (the haiku has n-gram misses, the copy has hits)
-    assert {s.draft_source for s in run.steps} - {""} <= {"ngram", "model"}
+        assert run.finish.n_drafted > 0
+    if not prompt.startswith("Repeat"):
+        # the combined source used both: n-gram proposals where the context repeats, the model elsewhere
+        assert {s.draft_source for s in run.steps if s.proposed} == {"ngram", "model"}
     pair.update(source="model")
     pair.forget()
     run = Run(pair.run(user(prompt), GEN))
