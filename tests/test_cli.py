@@ -36,6 +36,10 @@ def test_run_streams_the_reply_and_traces_steps() -> None:
     assert any("✓" in ln for ln in steps)
     assert any("+bonus" in ln or "+correction" in ln for ln in steps)
     assert "acceptance" in r.stderr and "Traceback" not in r.stderr
+    # the exactness claim is printed, and it is a batched one on the build under test
+    verify = [ln for ln in r.stderr.splitlines() if ln.startswith("verify: ")]
+    assert len(verify) == 1 and verify[0].startswith("verify: exact"), r.stderr
+    assert "row by row" not in verify[0]
 
 
 def test_json_lines_carry_every_event() -> None:
@@ -50,6 +54,13 @@ def test_json_lines_carry_every_event() -> None:
     step = next(e for e in events if e["type"] == "step")
     assert {"sync", "proposed", "n_accepted", "committed", "draft_ms", "verify_ms"} <= step.keys()
     assert step["k"] <= 3
+    # per_position: acceptance by draft position, recomputed from the steps
+    steps = [e for e in events if e["type"] == "step" and e["proposed"]]
+    expected = []
+    for i in range(max(len(e["proposed"]) for e in steps)):
+        offered = [e for e in steps if len(e["proposed"]) > i]
+        expected.append(sum(e["n_accepted"] > i for e in offered) / len(offered))
+    assert fin["per_position"] == pytest.approx(expected) and len(fin["per_position"]) <= 3
 
 
 def test_plain_and_speculative_cli_agree() -> None:
@@ -58,6 +69,9 @@ def test_plain_and_speculative_cli_agree() -> None:
     fa, fb = json.loads(a.stdout.splitlines()[-1]), json.loads(b.stdout.splitlines()[-1])
     assert fa["token_ids"] == fb["token_ids"]
     assert fa["n_drafted"] == 0 and fb["n_drafted"] > 0
+    # not plain against plain: verify batches of several rows, not split into single rows
+    rows = [len(json.loads(ln)["proposed"]) + 1 for ln in b.stdout.splitlines()[1:-1]]
+    assert max(rows) >= 5 and "row by row" not in b.stderr
 
 
 @pytest.mark.parametrize(

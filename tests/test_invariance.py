@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from helpers import EXACT
+from helpers import EXACT, THREADS
 
-from skippy_tui.engine.invariance import cached_probe, cpu_model, probe, variant_build
+from skippy_tui.engine.invariance import cached_probe, cpu_model, variant_build
 from skippy_tui.engine.native import Context, LoadParams, Model, system_info
 
 
@@ -40,16 +40,22 @@ def _scan(ctx: Context, rows: int, last: int, every: int) -> list[tuple[int, int
     return bad
 
 
-def _check(path: Path, max_rows: int, cache_dir: Path) -> None:
-    lp = LoadParams(n_ctx=512, n_batch=64, n_ubatch=64, **EXACT)
+def _check(path: Path, max_rows: int, tmp_path: Path, monkeypatch) -> None:
+    import skippy_tui.engine.invariance as inv_mod
+
+    lp = LoadParams(n_ctx=512, n_batch=64, n_ubatch=64, threads=THREADS, **EXACT)
     with Model(path, lp) as model:
         ctx = Context(model, lp)
         try:
-            inv = cached_probe(ctx, 17, lp, cache_dir)
-            assert inv == cached_probe(ctx, 17, lp, cache_dir)  # the second comes from disk
-            if not inv.note:
-                assert inv.rows == probe(ctx, 17).rows
-            rows = min(inv.rows or max_rows, max_rows)  # 1 (a LLAMAFILE build): nothing to scan
+            # a fresh cache: the first call really probes, the second must come from disk
+            inv = cached_probe(ctx, 17, lp, tmp_path)
+            assert list((tmp_path / "invariance").glob("*.json")), "the probe result was not cached"
+            monkeypatch.setattr(inv_mod, "probe", lambda *a: (_ for _ in ()).throw(AssertionError("probed again")))
+            assert cached_probe(ctx, 17, lp, tmp_path) == inv
+            monkeypatch.undo()
+            # the claim must be one the scan can test: a build that verifies row by row fails here
+            assert inv.chunk >= 2, f"{inv.label()} on {cpu_model()!r} [{system_info()}]"
+            rows = min(inv.chunk, max_rows)
             bad = _scan(ctx, rows, last=140, every=9)
         finally:
             ctx.close()
@@ -59,12 +65,18 @@ def _check(path: Path, max_rows: int, cache_dir: Path) -> None:
     )
 
 
-def test_gemma_probe_holds_at_every_scanned_position(gemma3_270m: Path, cache_dir: Path) -> None:
-    _check(gemma3_270m, 9, cache_dir)
+def test_gemma_probe_holds_at_every_scanned_position(gemma3_270m: Path, tmp_path: Path, monkeypatch) -> None:
+    _check(gemma3_270m, 9, tmp_path, monkeypatch)
 
 
-def test_default_target_probe_holds_at_every_scanned_position(smollm2_f32: Path, cache_dir: Path) -> None:
-    _check(smollm2_f32, 9, cache_dir)
+def test_default_target_probe_holds_at_every_scanned_position(smollm2_f32: Path, tmp_path: Path, monkeypatch) -> None:
+    _check(smollm2_f32, 9, tmp_path, monkeypatch)
+
+
+def test_the_build_under_test_can_verify_in_batches() -> None:
+    """The suite's identity tests mean something only on a batch-invariant build (README, Exactness)."""
+    note = variant_build(LoadParams(n_gpu_layers=0), 30)
+    assert note == "", f"{note} [{system_info()}]"
 
 
 def test_probe_size_is_bounded_and_exact_results_still_chunk() -> None:

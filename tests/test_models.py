@@ -138,15 +138,19 @@ def test_a_batch_smaller_than_the_verify_batch_is_refused(smollm2_q4_1: Path, ca
         load_speculator(spec)
 
 
-def test_default_target_is_derived_once_and_atomically(smollm2_f32: Path, cache_dir: Path) -> None:
-    assert smollm2_f32.name == "SmolLM2-135M-Instruct.F32.gguf"
-    info = _info(smollm2_f32, cache_dir)
-    assert info.file_type == "F32"
-    before = smollm2_f32.stat().st_mtime_ns
-    again, draft = default_pair(cache_dir / "models")
-    assert again == smollm2_f32 and again.stat().st_mtime_ns == before  # reused
-    assert draft.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
-    assert not list(smollm2_f32.parent.glob(".*.tmp"))  # no half-written leftovers
+def test_default_target_is_derived_once_and_atomically(tmp_path: Path) -> None:
+    models = tmp_path / "models"  # an empty cache: the derivation really runs here
+    stages: list[str] = []
+    target, draft = default_pair(models, lambda frac: stages.append(f"{frac:.2f}"))
+    assert target.name == "SmolLM2-135M-Instruct.F32.gguf" and target.parent == models
+    assert stages, "no progress reported while deriving"
+    assert _info(target, tmp_path).file_type == "F32"
+    before = target.stat().st_mtime_ns
+    stages.clear()
+    again, draft2 = default_pair(models, lambda frac: stages.append(f"{frac:.2f}"))
+    assert again == target and again.stat().st_mtime_ns == before and not stages  # reused, not redone
+    assert draft == draft2 and draft.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert sorted(p.name for p in models.iterdir()) == [target.name]  # no half-written leftovers
 
 
 def test_a_failed_derivation_leaves_nothing_behind(tmp_path: Path) -> None:

@@ -103,7 +103,7 @@ class NgramDrafter:
     def room(self, context: Sequence[int]) -> int:
         return UNLIMITED_ROOM
 
-    def sync(self, context: Sequence[int]) -> SyncInfo:
+    def sync(self, context: Sequence[int], defer_extend: bool = False) -> SyncInfo:
         """Index ``context`` (all of it: the last token is a continuation too)."""
         toks = self.index.tokens
         n = len(toks)
@@ -153,21 +153,21 @@ class CombinedDrafter:
     def room(self, context: Sequence[int]) -> int:
         return self.model.room(context)
 
-    def sync(self, context: Sequence[int]) -> SyncInfo:
+    def sync(self, context: Sequence[int], defer_extend: bool = False) -> SyncInfo:
         """Sync the index; sync the model too only when the index has no match."""
         info = self.ngram.sync(context)
         if self.ngram.has_match(context):
             self._route = "ngram"
             return info
         self._route = "model"
-        return self.model.sync(context)
+        return self.model.sync(context, defer_extend)
 
     def propose(self, context: Sequence[int], k: int, p_min: float, rule: DraftRule | None = None) -> Proposal:
         if self._route == "ngram":
             proposal = self.ngram.propose(context, k, p_min)
             if proposal.tokens:
                 return proposal
-            self.model.sync(context)
+            self.model.sync(context, defer_extend=True)
         return self.model.propose(context, k, p_min, rule)
 
     def reset(self) -> None:

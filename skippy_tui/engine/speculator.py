@@ -413,7 +413,8 @@ class Speculator:
         sync_info, proposal, sync_ms, draft_ms = NO_SYNC, Proposal(), 0.0, 0.0
         if k > 0:
             t = time.perf_counter()
-            sync_info = self.drafter.sync(context)  # type: ignore[union-attr]
+            # the draft's catch-up tokens ride along with its first proposal decode
+            sync_info = self.drafter.sync(context, defer_extend=True)  # type: ignore[union-attr]
             t2 = time.perf_counter()
             rule = sampler.draft_rule(len(context), window)
             proposal = self.drafter.propose(context, k, self.speculation.p_min, rule)  # type: ignore[union-attr]
