@@ -138,8 +138,8 @@ class WrongDrafter:
     def room(self, context: Sequence[int]) -> int:
         return self.inner.room(context)
 
-    def sync(self, context: Sequence[int], defer_extend: bool = False) -> SyncInfo:
-        return self.inner.sync(context, defer_extend)
+    def sync(self, context: Sequence[int]) -> SyncInfo:
+        return self.inner.sync(context)
 
     def propose(self, context: Sequence[int], k: int, p_min: float, rule=None) -> Proposal:
         p = self.inner.propose(context, k, p_min, rule)

@@ -50,9 +50,8 @@ class Drafter(Protocol):
         """How many tokens could be proposed after ``context`` (context window)."""
         ...
 
-    def sync(self, context: Sequence[int], defer_extend: bool = False) -> SyncInfo:
-        """Prepare to propose after ``context`` (the draft cache holds ``context[:-1]``);
-        ``defer_extend`` lets the next :meth:`propose` decode the added tokens."""
+    def sync(self, context: Sequence[int]) -> SyncInfo:
+        """Prepare to propose after ``context`` (the draft cache holds ``context[:-1]``)."""
         ...
 
     def propose(self, context: Sequence[int], k: int, p_min: float, rule: DraftRule | None = None) -> Proposal:
@@ -77,11 +76,8 @@ class ModelDrafter:
         # proposing k tokens decodes context[-1] and k-1 proposals after context[:-1]
         return self.cache.ctx.n_ctx - len(context) + 1
 
-    def sync(self, context: Sequence[int], defer_extend: bool = False) -> SyncInfo:
-        """Sync the cache to ``context[:-1]``; with ``defer_extend`` the tokens to add are
-        decoded by :meth:`propose`, in one batch with its first token (one draft decode
-        per step fewer)."""
-        return self.cache.sync(context, defer_extend=defer_extend)
+    def sync(self, context: Sequence[int]) -> SyncInfo:
+        return self.cache.sync(context)
 
     def propose(self, context: Sequence[int], k: int, p_min: float, rule: DraftRule | None = None) -> Proposal:
         """Up to ``k`` tokens after ``context``, each picked by ``rule`` (default: greedy,
@@ -93,10 +89,6 @@ class ModelDrafter:
         """
         if rule is None:
             rule = ReplySampler(GREEDY_DRAFT, 0).draft_rule(len(context))
-        catch_up = self.cache.pending(context)
-        if catch_up is None or len(catch_up) + 1 > self.cache.ctx.n_batch:
-            self.cache.sync(context)  # a truncate, reset or long catch-up first, on its own
-            catch_up = []
         pos = self.cache.n_past
         current = context[-1]
         tokens: list[int] = []
@@ -104,11 +96,7 @@ class ModelDrafter:
         rows: list[np.ndarray] = []
         dists: list[Candidates | None] = []
         for i in range(k):
-            batch = [*catch_up, current] if i == 0 else [current]
-            logits = self.cache.ctx.decode(batch, pos + i, 1)[0]
-            if i == 0 and catch_up:  # recorded only now that the decode succeeded
-                self.cache.state.record_extend(catch_up)
-                pos += len(catch_up)
+            logits = self.cache.ctx.decode([current], pos + i, 1)[0]
             self.cache.state.record_proposal_step(current)
             rows.append(logits)
             tid, p, dist = rule.choose(logits)

@@ -27,14 +27,8 @@ class KvCache:
         """Tokens the cache holds."""
         return len(self.state)
 
-    def sync(
-        self, context: Sequence[int], cancelled: Callable[[], bool] | None = None, defer_extend: bool = False
-    ) -> SyncInfo:
-        """Bring the cache to ``context[:-1]``; return what was done (or planned).
-
-        ``defer_extend``: leave an extend's tokens (also after a truncate) for the
-        caller's next decode, which takes them in the same batch as its own token
-        (:meth:`pending`); a reset is still done at once.
+    def sync(self, context: Sequence[int], cancelled: Callable[[], bool] | None = None) -> SyncInfo:
+        """Bring the cache to ``context[:-1]``; return what was done.
 
         Raises:
             ContextFullError, DecodeError: from the prefill; the bookkeeping then
@@ -45,27 +39,15 @@ class KvCache:
         if isinstance(plan, AlreadySynced):
             return SyncInfo("synced")
         if isinstance(plan, Extend):
-            if not defer_extend:
-                self._extend(target, plan.from_, plan.to, cancelled)
+            self._extend(target, plan.from_, plan.to, cancelled)
             return SyncInfo("extend", plan.from_, plan.to)
         if isinstance(plan, Truncate) and self._truncate(plan.keep):
-            if not defer_extend:
-                self._extend(target, plan.keep, plan.to, cancelled)
+            self._extend(target, plan.keep, plan.to, cancelled)
             return SyncInfo("truncate", plan.keep, plan.to)
         stop = plan.to if isinstance(plan, (Reset, Truncate)) else len(target)
         self.reset()
         self._extend(target, 0, stop, cancelled)
         return SyncInfo("reset", 0, stop)
-
-    def pending(self, context: Sequence[int]) -> list[int] | None:
-        """The tokens a deferred sync left to decode before ``context[-1]`` (maybe none),
-        or None when the cache needs a truncate or reset first."""
-        plan = self.state.plan(context)
-        if isinstance(plan, AlreadySynced):
-            return []
-        if isinstance(plan, Extend):
-            return list(prefix_target(context)[plan.from_ : plan.to])
-        return None
 
     def reset(self) -> None:
         """Empty the cache."""
