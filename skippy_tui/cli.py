@@ -65,7 +65,9 @@ def add_model_flags(p: argparse.ArgumentParser, sub: bool = False) -> None:
     s = p.add_argument_group("speculation and sampling")
     s.add_argument("--n-draft", type=_n_draft, metavar="K", help='tokens per proposal (k), or "auto"')
     s.add_argument(
-        "--draft-source", choices=("model", "ngram", "ngram+model"), help="what proposes: draft model, n-gram lookup"
+        "--draft-source",
+        choices=("auto", "model", "ngram", "ngram+model"),
+        help="what proposes: auto (per step, with --n-draft auto), the draft model, n-gram lookup",
     )
     s.add_argument("--n-min", type=_positive_int, metavar="N", help="fewest proposed tokens worth verifying")
     s.add_argument("--p-min", type=_float, metavar="P", help="stop drafting below this draft probability")

@@ -29,9 +29,6 @@ from .engine.settings import (
 )
 
 APP = "skippy-tui"
-EMBEDDED_N_DRAFT = 4
-"""k for the embedded demo pair unless ``n_draft`` is set: it exists to show
-speculation, and on it ``auto`` would mostly choose plain decoding."""
 
 
 class ConfigError(SkippyError):
@@ -76,9 +73,10 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "enabled": True,
         "n_draft": "auto",
         "n_draft_max": 8,
+        "n_draft_max_ngram": 32,
         "n_min": 0,
         "p_min": 0.0,
-        "source": "model",
+        "source": "auto",
         "exact": True,
     },
     "sampling": {
@@ -164,17 +162,18 @@ class Config:
                 draft = ModelSpec(None, draft_load_params(t_load, overrides))
             use_draft = bool(d["enabled"]) and (draft is not None)
             sp = self.values["speculation"]
-            n_draft = sp["n_draft"]
-            if target.path is None and "speculation.n_draft" not in self.present:
-                n_draft = EMBEDDED_N_DRAFT
+            # without a draft model only an n-gram source asked for by name still drafts:
+            # --no-draft alone means plain decoding
+            ngram_asked = "speculation.source" in self.present and sp["source"] != "model"
             speculation = SpeculationSettings(
-                enabled=bool(sp["enabled"]) and (use_draft or sp["source"] != "model"),
-                n_draft=n_draft,
+                enabled=bool(sp["enabled"]) and (use_draft or ngram_asked),
+                n_draft=sp["n_draft"],
                 n_min=sp["n_min"],
                 p_min=float(sp["p_min"]),
                 source=sp["source"],
                 n_draft_max=sp["n_draft_max"],
                 exact=bool(sp["exact"]),
+                n_draft_max_ngram=sp["n_draft_max_ngram"],
             )
             return EngineSpec(target, draft, speculation, cache_dir(), use_draft=use_draft)
 

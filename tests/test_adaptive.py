@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from helpers import Run, assert_verified_in_batches, load, restore, user
 
-from skippy_tui.config import EMBEDDED_N_DRAFT, Config, ConfigError
+from skippy_tui.config import Config, ConfigError
 from skippy_tui.engine.adaptive import (
     AdaptiveK,
     Costs,
+    SourceChooser,
     VerifyCosts,
     best_k,
     break_even_acceptance,
@@ -194,6 +195,95 @@ def test_offer_rate_counts_short_proposals():
     assert q[1] > 0.9
 
 
+# -- source = "auto": the n-gram proposal, the model's or plain ----------------------------------
+
+
+def feed_sources(
+    chooser: SourceChooser, steps: int, available, verify, model_ms: float, accept: dict, k_max_model: int = 8
+) -> list[tuple[str, int]]:
+    """Let ``chooser`` pick ``steps`` times; ``available(i)`` n-gram tokens at step i,
+    ``accept[source](k)`` tokens accepted of k, the model costing ``model_ms`` per token."""
+    chosen = []
+    for i in range(steps):
+        source, k, why = chooser.choose(k_max_model if chooser.model is not None else 0, available(i))
+        assert why.startswith(f"auto: {source}"), why
+        assert k <= (available(i) if source == "ngram" else k_max_model)
+        cost = model_ms if source == "model" else 0.01
+        n_acc = accept[source](k)
+        chooser.policy(source).observe(
+            k=k, n_proposed=k, n_accepted=n_acc, sync_ms=cost if k else 0.0, draft_ms=cost * k, verify_ms=verify(k + 1)
+        )
+        # the n-gram proposal judged against the committed tokens: it matches accept["ngram"] of them
+        n_new = n_acc + 1
+        matched = min(accept["ngram"](min(available(i), n_new)), n_new)
+        chooser.shadow(source, [1] * min(available(i), n_new), [1] * matched + [2] * (n_new - matched))
+        chosen.append((source, k))
+    return chosen
+
+
+def _chooser(with_model: bool = True) -> SourceChooser:
+    costs = VerifyCosts()
+    return SourceChooser(AdaptiveK(costs) if with_model else None, AdaptiveK(costs))
+
+
+def test_a_perfect_ngram_source_runs_long():
+    """A rewrite: the n-gram copy is never wrong and always 30 tokens long."""
+    chooser = _chooser()
+    chosen = feed_sources(
+        chooser, 120, lambda i: 30, lambda b: 30.0 + 1.5 * (b - 1), 15.0,
+        {"ngram": lambda k: k, "model": lambda k: int(0.9 * k)},
+    )  # fmt: skip
+    late = chosen[40:]
+    assert sum(s == "ngram" for s, _ in late) >= 0.85 * len(late), late
+    assert sorted(k for s, k in late if s == "ngram")[len(late) // 2] >= 24, late  # long, not ~4
+
+
+def test_a_useless_ngram_source_leaves_the_steps_to_the_model_or_plain():
+    chooser = _chooser()
+    chosen = feed_sources(
+        chooser, 120, lambda i: 8, lambda b: 30.0 + 1.5 * (b - 1), 3.0,
+        {"ngram": lambda k: 0, "model": lambda k: k},
+    )  # fmt: skip
+    late = chosen[40:]
+    assert sum(s == "model" and k > 0 for s, k in late) >= 0.8 * len(late), late
+    # with a model that does not pay either, plain decoding
+    chooser = _chooser()
+    chosen = feed_sources(
+        chooser, 120, lambda i: 8, lambda b: 30.0 + 1.5 * (b - 1), 40.0,
+        {"ngram": lambda k: 0, "model": lambda k: k // 2},
+    )  # fmt: skip
+    late = chosen[40:]
+    assert sum(k == 0 for _, k in late) >= 0.8 * len(late), late
+
+
+def test_without_a_match_the_model_drafts_and_without_a_model_the_ngram_does():
+    chooser = _chooser()
+    chosen = feed_sources(
+        chooser, 60, lambda i: 0, lambda b: 30.0 + 1.5 * (b - 1), 3.0,
+        {"ngram": lambda k: k, "model": lambda k: k},
+    )  # fmt: skip
+    assert all(s == "model" for s, _ in chosen)
+    alone = _chooser(with_model=False)
+    chosen = feed_sources(
+        alone, 60, lambda i: 12 if i % 2 else 0, lambda b: 30.0 + 1.5 * (b - 1), 3.0,
+        {"ngram": lambda k: k, "model": lambda k: 0},
+    )  # fmt: skip
+    assert all(s == "ngram" for s, _ in chosen)
+    assert all(k == 0 for i, (_, k) in enumerate(chosen) if i % 2 == 0)  # no match: plain
+    assert sum(k >= 8 for i, (_, k) in enumerate(chosen[20:]) if i % 2) >= 15
+
+
+def test_the_chooser_explores_the_other_source():
+    """The model is chosen, but the n-gram source still gets a step now and then, so a
+    source that becomes reliable is noticed."""
+    chooser = _chooser()
+    accept = {"ngram": lambda k: 0, "model": lambda k: k}
+    feed_sources(chooser, 80, lambda i: 8, lambda b: 30.0 + 1.5 * (b - 1), 3.0, accept)
+    accept["ngram"] = lambda k: k  # the text turns into a copy
+    chosen = feed_sources(chooser, 200, lambda i: 30, lambda b: 30.0 + 1.5 * (b - 1), 3.0, accept)
+    assert sum(s == "ngram" for s, _ in chosen[-40:]) >= 30, chosen[-40:]
+
+
 # -- settings and config -------------------------------------------------------------------------
 
 
@@ -209,19 +299,29 @@ def test_settings_accept_auto_and_keep_bounds():
         SpeculationSettings(n_draft="auto", n_draft_max=2, n_min=3)
 
 
-def test_config_auto_default_and_embedded_pair(tmp_path: Path):
+def test_config_defaults_to_auto_source_and_k_for_every_pair(tmp_path: Path):
     cfg = Config()
-    assert cfg.engine_spec().speculation.n_draft == EMBEDDED_N_DRAFT  # demo pair: fixed k
-    cfg.set("speculation", "n_draft", "auto")
-    assert cfg.engine_spec().speculation.n_draft == "auto"  # asked for explicitly
+    sp = cfg.engine_spec().speculation
+    assert (sp.n_draft, sp.source) == ("auto", "auto")  # the embedded pair too
     configured = Config()
     configured.set("target", "path", str(tmp_path / "t.gguf"))
     configured.set("draft", "path", str(tmp_path / "d.gguf"))
-    assert configured.engine_spec().speculation.n_draft == "auto"  # configured pair: auto
+    sp = configured.engine_spec().speculation
+    assert (sp.n_draft, sp.source, sp.k_max, sp.k_max_ngram) == ("auto", "auto", 8, 32)
     configured.set("speculation", "n_draft", 6)
     assert configured.engine_spec().speculation.n_draft == 6
+    assert configured.engine_spec().speculation.k_max_ngram == 6  # a fixed k is fixed for every source
     with pytest.raises(ConfigError, match='an integer or "auto"'):
         configured.set("speculation", "n_draft", "fast")
+
+
+def test_no_draft_means_plain_unless_an_ngram_source_is_asked_for():
+    cfg = Config()
+    cfg.set("draft", "enabled", False)
+    assert not cfg.engine_spec().speculation.enabled  # the default source "auto" does not count
+    cfg.set("speculation", "source", "auto")
+    spec = cfg.engine_spec()
+    assert spec.speculation.enabled and not spec.use_draft
 
 
 def test_config_ngram_without_draft_model_keeps_speculation_on():

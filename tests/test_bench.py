@@ -38,9 +38,9 @@ def test_bench_json_end_to_end(capsys):
                "--json", "--no-progress", "--no-warmup"])  # fmt: skip
     assert rc == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["meta"]["methods"] == ["plain", "k=2", "auto", "ngram"]
+    assert report["meta"]["methods"] == ["plain", "k=2", "auto", "ngram", "ngram+model", "default"]
     row = report["results"]["rewrite-replace"]
-    assert set(row) == {"plain", "k=2", "auto", "ngram"}
+    assert set(row) == {"plain", "k=2", "auto", "ngram", "ngram+model", "default"}
     for name, r in row.items():
         assert r["tokens_per_second"] > 0 and r["n_tokens"] == 8
         assert r["identical_to_plain"] is True, name
@@ -56,6 +56,7 @@ def test_bench_json_end_to_end(capsys):
     assert goals["identical_met"] is True
     assert set(goals["ngram_rewrite_vs_plain"]) == {"rewrite-replace"}
     assert "rewrite-replace" in goals["adaptive_vs_best"]
+    assert goals["default_vs_best"]["rewrite-replace"]["best_other"] in row
 
 
 def test_bench_text_with_progress_and_no_draft(capsys):
@@ -63,7 +64,8 @@ def test_bench_text_with_progress_and_no_draft(capsys):
     assert rc == 0
     out = capsys.readouterr()
     assert "(ratio to plain)" in out.out and "ngram" in out.out and "k=2" not in out.out
-    assert "1/4 warm-up plain" in out.err and "4/4 chat ngram" in out.err  # warm-up + measured, per method
+    # warm-up + measured, per method: plain, ngram and the default (auto: n-gram or plain)
+    assert "1/6 warm-up plain" in out.err and "6/6 chat default" in out.err
 
 
 def _run(tps: float, tokens: tuple[int, ...], drafted: int = 0, accepted: int = 0) -> RunResult:
@@ -79,7 +81,7 @@ def _run(tps: float, tokens: tuple[int, ...], drafted: int = 0, accepted: int = 
 def test_summary_goals_and_medians():
     prompts = [p for p in SUITE if p.name in ("chat", "rewrite-typos")]
     methods = methods_for((2,), True)
-    assert [m.name for m in methods] == ["plain", "k=2", "auto", "ngram"]
+    assert [m.name for m in methods] == ["plain", "k=2", "auto", "ngram", "ngram+model", "default"]
     same, other = (1, 2, 3), (1, 2, 4)
     cells = {
         "chat": {
@@ -87,12 +89,16 @@ def test_summary_goals_and_medians():
             "k=2": Cell([_run(24, same, 4, 3)]),
             "auto": Cell([_run(23, same, 4, 3)]),
             "ngram": Cell([_run(19, same, 4, 1)]),
+            "ngram+model": Cell([_run(22, same, 4, 3)]),
+            "default": Cell([_run(23.5, same, 4, 3)]),
         },
         "rewrite-typos": {
             "plain": Cell([_run(20, same)]),
             "k=2": Cell([_run(18, same, 4, 3)]),
             "auto": Cell([_run(18, same, 4, 3)]),
             "ngram": Cell([_run(40, other, 4, 4)]),
+            "ngram+model": Cell([_run(36, same, 4, 4)]),
+            "default": Cell([_run(30, same, 4, 4)]),
         },
     }
     report = summarise(cells, prompts, methods, (2,), greedy=True)
@@ -106,6 +112,12 @@ def test_summary_goals_and_medians():
     assert g["adaptive_vs_best"]["rewrite-typos"] == {"ratio": 0.9, "met": False}  # plain (20) beat k=2 (18)
     assert g["adaptive_met"] is False
     assert g["ngram_rewrite_vs_plain"] == {"rewrite-typos": {"ratio": 2.0, "met": True}}
+    # the default against the best of every other method (and plain)
+    assert g["default_vs_best"]["chat"] == {
+        "ratio": round(23.5 / 24, 3), "best_other": "k=2", "ratio_to_plain": round(23.5 / 20, 3), "met": True
+    }  # fmt: skip
+    assert g["default_vs_best"]["rewrite-typos"]["best_other"] == "ngram"
+    assert g["default_vs_best"]["rewrite-typos"]["met"] is False and g["default_met"] is False
     assert report["results"]["rewrite-typos"]["ngram"]["identical_to_plain"] is False
     assert g["identical_met"] is False
     assert report["costs"]["verify_ms_by_batch"] == {1: 10.0, 3: 12.0}
@@ -204,10 +216,11 @@ class FakeSpeculator:
 def test_every_method_of_a_repeat_gets_that_repeats_seed():
     fake = FakeSpeculator()
     gen = GenerationSettings(SamplingParams(temperature=0.8), max_tokens=4)
-    methods = methods_for((2,), True, (), ("coupled", "rejection"))
+    methods = methods_for((2,), True, ("coupled", "rejection"))
     assert [(m.name, m.sampler, m.variant) for m in methods] == [
         ("plain", "coupled", ""), ("k=2", "coupled", ""), ("auto", "coupled", ""), ("ngram", "coupled", ""),
-        ("k=2 rej", "rejection", "rej"), ("auto rej", "rejection", "rej"),
+        ("ngram+model", "coupled", ""), ("default", "coupled", ""), ("k=2 rej", "rejection", "rej"),
+        ("auto rej", "rejection", "rej"), ("ngram+model rej", "rejection", "rej"), ("default rej", "rejection", "rej"),
     ]  # fmt: skip
     prompts = SUITE[:2]
     cells = run_bench(fake, gen, prompts, methods, 3, warmup=False, base_seed=100)
@@ -242,7 +255,7 @@ def test_first_difference():
 def test_sampled_summary_goals():
     """Same seed per repeat: coupled runs must equal plain's run of their repeat; rejection may differ."""
     prompts = [p for p in SUITE if p.name == "chat"]
-    methods = methods_for((2, 4), True, (), ("coupled", "rejection"))
+    methods = methods_for((2, 4), True, ("coupled", "rejection"))
     a, b = (1, 2, 3), (4, 5, 6)  # repeat 0 and repeat 1 (different seeds)
     cells = {"chat": {
         "plain": Cell([_run(20, a), _run(20, b)]),
@@ -250,9 +263,13 @@ def test_sampled_summary_goals():
         "k=4": Cell([_run(24, a, 8, 6), _run(24, b, 8, 6)]),
         "auto": Cell([_run(23, a, 8, 6), _run(23, b, 8, 6)]),
         "ngram": Cell([_run(19, a), _run(19, b)]),
+        "ngram+model": Cell([_run(22, a, 8, 6), _run(22, b, 8, 6)]),
+        "default": Cell([_run(23, a, 8, 6), _run(23, b, 8, 6)]),
         "k=2 rej": Cell([_run(21, a, 4, 2), _run(21, (4, 9, 9), 4, 2)]),
         "k=4 rej": Cell([_run(21, a, 8, 4), _run(21, b, 8, 4)]),
         "auto rej": Cell([_run(21, a, 8, 4), _run(21, b, 8, 4)]),
+        "ngram+model rej": Cell([_run(21, a, 8, 4), _run(21, b, 8, 4)]),
+        "default rej": Cell([_run(21, a, 8, 4), _run(21, b, 8, 4)]),
     }}  # fmt: skip
     greedy_ref = {"chat": Cell([_run(30, (7, 7, 7), 8, 8)])}
     report = summarise(cells, prompts, methods, (2, 4), greedy=False, greedy_ref=greedy_ref)
@@ -262,15 +279,17 @@ def test_sampled_summary_goals():
     g = report["goals"]
     assert set(g) == {
         "adaptive_vs_best", "adaptive_met", "ngram_rewrite_vs_plain", "ngram_met", "identical_met", "identical_runs",
-        "best_fixed_vs_plain", "best_fixed_met", "acceptance_vs_greedy", "acceptance_met",
+        "best_fixed_vs_plain", "best_fixed_met", "acceptance_vs_greedy", "acceptance_met", "default_vs_best",
+        "default_met",
     }  # fmt: skip
-    assert g["identical_met"] is True and g["identical_runs"] == {"identical": 8, "total": 8}  # rejection not counted
+    assert g["identical_met"] is True and g["identical_runs"] == {"identical": 12, "total": 12}  # rejection not counted
+    assert g["ngram_rewrite_vs_plain"] == {} and g["default_vs_best"]["chat"]["ratio"] == round(23 / 24, 3)
     assert g["best_fixed_vs_plain"] == {"chat": {"k": 4, "ratio": 1.2, "met": True}} and g["best_fixed_met"] is True
     acc = g["acceptance_vs_greedy"]
     assert (acc["k"], acc["coupled"], acc["greedy"], acc["rejection"], acc["ratio"]) == (4, 0.75, 1.0, 0.5, 0.75)
     assert acc["met"] is False and g["acceptance_met"] is False  # 0.75 < 0.85
     # costs come from the main columns only
-    assert report["costs"]["verify_samples_by_batch"] == {1: 10, 3: 10}
+    assert report["costs"]["verify_samples_by_batch"] == {1: 14, 3: 14}  # 7 main columns x 2 runs
     report |= {
         "temperature": 0.8,
         "samplers": ["coupled", "rejection"],
@@ -291,7 +310,7 @@ def test_greedy_summary_keeps_the_sampled_goals_empty():
     g = summarise(cells, prompts, methods, (2,), greedy=True)["goals"]
     assert g["best_fixed_vs_plain"] == {} and g["best_fixed_met"] is None
     assert g["acceptance_vs_greedy"] is None and g["acceptance_met"] is None
-    assert g["identical_met"] is True and g["identical_runs"] == {"identical": 3, "total": 3}
+    assert g["identical_met"] is True and g["identical_runs"] == {"identical": 5, "total": 5}
 
 
 def test_identity_summary_and_text():

@@ -89,7 +89,7 @@ class FakeModel:
     def room(self, context):
         return 100
 
-    def sync(self, context, defer_extend=False):
+    def sync(self, context):
         self.calls.append("sync")
         return SyncInfo("extend", len(context) - 2, len(context) - 1)
 
@@ -219,6 +219,6 @@ def test_cli_run_with_ngram_and_no_draft(capsys):
     assert rc == 0
     events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert events[0]["type"] == "reply_started" and events[0]["draft_source"] == "ngram"
-    assert events[0]["n_draft"] == 4  # the embedded pair keeps its fixed k
+    assert events[0]["n_draft"] == "auto"  # every pair, the embedded one too, defaults to auto
     assert events[-1]["type"] == "finish" and events[-1]["reason"] in ("eos", "max_tokens")
     assert 0 < events[-1]["n_tokens"] <= 16

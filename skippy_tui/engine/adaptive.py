@@ -165,8 +165,24 @@ def expected_step_ms(k: int, costs: Costs, offer: Sequence[float] | None = None)
 def expected_rates(
     k_max: int, accept: Sequence[float], costs: Costs, offer: Sequence[float] | None = None
 ) -> list[float]:
-    """Expected tokens/s for ``k = 0..k_max`` (``accept``/``offer`` need ``k_max`` entries)."""
-    return [1000.0 * expected_tokens(k, accept, offer) / expected_step_ms(k, costs, offer) for k in range(k_max + 1)]
+    """Expected tokens/s for ``k = 0..k_max`` (``accept``/``offer`` need ``k_max`` entries).
+
+    One pass with running sums, O(k_max): :func:`expected_tokens` and
+    :func:`expected_step_ms` for every k at once.
+    """
+    rates = [1000.0 / expected_step_ms(0, costs)]
+    tokens, reach = 1.0, 1.0  # E(k); P(first i proposed tokens offered and accepted)
+    calls, offered, p = 0.0, 0.0, 1.0  # D(k), M(k), P(m >= i)
+    fixed = costs.overhead + costs.sync
+    for i in range(k_max):
+        q = offer[i] if offer is not None else 1.0
+        reach *= q * accept[i]
+        tokens += reach
+        calls += p
+        p *= q
+        offered += p
+        rates.append(1000.0 * tokens / (fixed + costs.draft_per_call * calls + costs.verify_at(1 + offered)))
+    return rates
 
 
 def best_k(rates: Sequence[float]) -> int:
@@ -312,6 +328,19 @@ class AdaptiveK:
             self.counts.add(k, n_proposed, n_accepted)
         self._prev_k = k
 
+    def observe_acceptance(self, n_offered: int, n_accepted: int) -> None:
+        """Acceptance seen without a step of this source: ``n_offered`` tokens it would
+        have proposed were checked against the committed ones, the first ``n_accepted``
+        matched (an n-gram proposal costs nothing to compute, so it is judged every step)."""
+        if n_offered > 0:
+            self.counts.decay(self.decay)
+            self.counts.add(n_offered, n_offered, n_accepted)
+
+    @property
+    def measured(self) -> bool:
+        """True once the draft's cost has been measured (past the warm-up steps)."""
+        return self._spec_steps >= 2
+
     def acceptance(self, n: int) -> list[float]:
         """Estimated conditional acceptance ``a_1..a_n``."""
         c = self.counts
@@ -397,3 +426,90 @@ class AdaptiveK:
 def _alternatives(rates: Sequence[float], best: int) -> str:
     shown = sorted({0, max(best - 1, 0), min(best + 1, len(rates) - 1)} - {best})
     return ", ".join(("plain" if k == 0 else f"k={k}") + f" {rates[k]:.1f}" for k in shown)
+
+
+class SourceChooser:
+    """``source = "auto"`` with ``n_draft = "auto"``: per step, plain decoding, the
+    n-gram proposal or the draft model's, and how many tokens of it.
+
+    Each source keeps its own :class:`AdaptiveK` (costs and acceptance by
+    position; verify costs shared, they are the target's). A step goes to the
+    source whose best k is expected to give the most tokens/s — an n-gram
+    proposal only when the context has a match, and no longer than the match
+    continues (its tokens cost almost nothing, so a reliable one runs long) —
+    and that source's policy then picks k, probing as it does alone. A source
+    not measured yet is measured first; every ``explore_every`` steps the
+    other source gets a step (backing off to ``explore_max`` while it is
+    clearly worse), so a source that became good is noticed. The n-gram
+    proposal is also judged on steps it did not make (:meth:`shadow`): its
+    tokens are compared with the committed ones, which under greedy decoding
+    and the coupled sampler are exactly what verification would have accepted.
+    Pure Python, table-testable like :class:`AdaptiveK`.
+    """
+
+    def __init__(
+        self, model: AdaptiveK | None, ngram: AdaptiveK, explore_every: int = 16, explore_max: int = 128
+    ) -> None:
+        self.model = model
+        self.ngram = ngram
+        self.explore_every = explore_every
+        self.explore_max = explore_max
+        self._interval = explore_every
+        self._since = 0
+        self.last: dict[str, tuple[int, float]] = {}  # source -> (best k, its expected tok/s)
+
+    def policy(self, source: str) -> AdaptiveK:
+        """The policy that measures steps of ``source`` (``model`` or ``ngram``)."""
+        return self.ngram if source == "ngram" or self.model is None else self.model
+
+    def choose(self, k_max_model: int, ngram_available: int) -> tuple[str, int, str]:
+        """``(source, k, reason)`` for this step.
+
+        Args:
+            k_max_model: the longest model proposal allowed now (0: no model).
+            ngram_available: tokens the n-gram match can propose now (0: no match).
+
+        ``k = 0`` is a plain step; ``source`` then names the policy that chose it.
+        """
+        options: dict[str, int] = {}
+        if ngram_available > 0:
+            options["ngram"] = ngram_available
+        if self.model is not None and k_max_model > 0:
+            options["model"] = k_max_model
+        if not options:
+            source = "model" if self.model is not None else "ngram"
+            return source, 0, f"auto: {source} plain (no n-gram match{'' if self.model else ', no draft model'})"
+        best: dict[str, tuple[int, float]] = {}
+        for source, k_max in options.items():
+            rates = self.policy(source).rates(k_max)
+            if rates is None or not self.policy(source).measured:
+                k, why = self.policy(source).choose(k_max)  # measure it first
+                return source, k, f"auto: {source} {why.removeprefix('auto: ')}"
+            k = best_k(rates)
+            best[source] = (k, rates[k])
+        self.last = best
+        chosen = max(best, key=lambda s: best[s][1])
+        other = next((s for s in best if s != chosen), None)
+        self._since += 1
+        if other is not None and self._since >= self._interval:
+            # explore: the other source proposes this step, often while it is close
+            self._since = 0
+            close = best[other][1] >= CLOSE * best[chosen][1]
+            self._interval = self.explore_every if close else min(self._interval * 2, self.explore_max)
+            rates = self.policy(other).rates(options[other]) or [0.0]
+            k = best_k(rates[1:]) + 1 if len(rates) > 1 else 0
+            note = f"; {chosen} k={best[chosen][0]} est {best[chosen][1]:.1f}"
+            return other, k, f"auto: {other} explore k={k} est {rates[k]:.1f} tok/s{note}"
+        k, why = self.policy(chosen).choose(options[chosen])
+        note = f"; {other} k={best[other][0]} est {best[other][1]:.1f}" if other is not None else ""
+        return chosen, k, f"auto: {chosen} {why.removeprefix('auto: ')}{note}"
+
+    def shadow(self, source: str, proposal: Sequence[int], committed: Sequence[int]) -> None:
+        """After a step of ``source``: judge the n-gram ``proposal`` it did not make
+        against the tokens the step ``committed``."""
+        m = min(len(proposal), len(committed))
+        if source != "ngram" and m > 0:
+            n = 0
+            while n < m and proposal[n] == committed[n]:
+                n += 1
+            self.ngram.observe_acceptance(m, n)

@@ -129,7 +129,7 @@ def load_speculator(spec: EngineSpec, progress: Progress = _noop) -> Speculator:
         progress("measuring batch invariance", 0.0)
         try:
             speculator.invariance = cached_probe(
-                t_ctx, probe_rows(spec.speculation.k_max), spec.target.load, spec.cache_dir
+                t_ctx, probe_rows(spec.speculation.k_limit), spec.target.load, spec.cache_dir
             )
         except BaseException:
             speculator.close()

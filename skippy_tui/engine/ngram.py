@@ -103,7 +103,7 @@ class NgramDrafter:
     def room(self, context: Sequence[int]) -> int:
         return UNLIMITED_ROOM
 
-    def sync(self, context: Sequence[int], defer_extend: bool = False) -> SyncInfo:
+    def sync(self, context: Sequence[int]) -> SyncInfo:
         """Index ``context`` (all of it: the last token is a continuation too)."""
         toks = self.index.tokens
         n = len(toks)
@@ -153,21 +153,21 @@ class CombinedDrafter:
     def room(self, context: Sequence[int]) -> int:
         return self.model.room(context)
 
-    def sync(self, context: Sequence[int], defer_extend: bool = False) -> SyncInfo:
+    def sync(self, context: Sequence[int]) -> SyncInfo:
         """Sync the index; sync the model too only when the index has no match."""
         info = self.ngram.sync(context)
         if self.ngram.has_match(context):
             self._route = "ngram"
             return info
         self._route = "model"
-        return self.model.sync(context, defer_extend)
+        return self.model.sync(context)
 
     def propose(self, context: Sequence[int], k: int, p_min: float, rule: DraftRule | None = None) -> Proposal:
         if self._route == "ngram":
             proposal = self.ngram.propose(context, k, p_min)
             if proposal.tokens:
                 return proposal
-            self.model.sync(context, defer_extend=True)
+            self.model.sync(context)
         return self.model.propose(context, k, p_min, rule)
 
     def reset(self) -> None:
@@ -175,15 +175,76 @@ class CombinedDrafter:
         self.model.reset()
 
 
+class AutoDrafter(CombinedDrafter):
+    """``auto``: the n-gram index or the draft model, as each step's policy routes it.
+
+    :meth:`available` tells the policy how long an n-gram proposal could be;
+    :attr:`route` (``ngram`` or ``model``) is then set for the step, and only
+    that drafter syncs and proposes. Without a draft model every step is an
+    n-gram one (or plain). With a fixed k no policy routes: it drafts as
+    ``ngram+model``.
+    """
+
+    source = "auto"
+
+    def __init__(self, ngram: NgramDrafter, model: ModelDrafter | None) -> None:
+        self.ngram = ngram
+        self.model = model  # type: ignore[assignment]
+        self.route: str | None = None  # None: as ngram+model
+
+    @property
+    def cache(self):  # the model's KV cache, for close()/abort()
+        return self.model.cache if self.model is not None else None
+
+    def room(self, context: Sequence[int]) -> int:
+        return self.model.room(context) if self.model is not None else UNLIMITED_ROOM
+
+    def available(self, context: Sequence[int], k: int) -> list[int]:
+        """What the n-gram match would propose after ``context`` (up to ``k`` tokens;
+        empty without a match); indexes the context first."""
+        self.ngram.sync(context)
+        return self.ngram.index.continuation(context, k)
+
+    def prefill(self, context: Sequence[int]) -> SyncInfo:
+        """Before a reply: index the prompt and fill the model with it, ready for either route."""
+        info = self.ngram.sync(context)
+        return self.model.sync(context) if self.model is not None else info
+
+    def sync(self, context: Sequence[int]) -> SyncInfo:
+        if self.route == "ngram" or self.model is None:
+            self._route = "ngram"
+            return self.ngram.sync(context)
+        if self.route == "model":
+            self._route = "model"
+            return self.model.sync(context)
+        return super().sync(context)
+
+    def propose(self, context: Sequence[int], k: int, p_min: float, rule: DraftRule | None = None) -> Proposal:
+        if self._route == "ngram":
+            proposal = self.ngram.propose(context, k, p_min)
+            if proposal.tokens or self.model is None or self.route == "ngram":
+                return proposal
+            self.model.sync(context)
+        return self.model.propose(context, k, p_min, rule)  # type: ignore[union-attr]
+
+    def reset(self) -> None:
+        self.ngram.reset()
+        if self.model is not None:
+            self.model.reset()
+
+
 def build_drafter(source: str, model: ModelDrafter | None, ngram: NgramDrafter | None = None) -> Drafter | None:
     """The drafter for a ``speculation.source``, from a loaded draft model (or None).
 
     ``model`` without a draft model gives None (speculation off); ``ngram+model``
-    without one falls back to the n-gram drafter alone.
+    without one falls back to the n-gram drafter alone; ``auto`` works with or
+    without one.
     """
     if source == "model":
         return model
     ngram = ngram if ngram is not None else NgramDrafter()
+    if source == "auto":
+        return AutoDrafter(ngram, model)
     if source == "ngram" or model is None:
         return ngram
     return CombinedDrafter(ngram, model)

@@ -71,7 +71,7 @@ def draft_load_params(target: LoadParams, overrides: dict[str, object]) -> LoadP
     return dataclasses.replace(target, **overrides)  # type: ignore[arg-type]
 
 
-DRAFT_SOURCES = ("model", "ngram", "ngram+model")
+DRAFT_SOURCES = ("auto", "model", "ngram", "ngram+model")
 
 
 @dataclass(frozen=True)
@@ -84,8 +84,14 @@ class SpeculationSettings:
     1..4096 (default 8). ``n_min``: below this many proposed tokens a step
     decodes plainly. ``p_min``: drafting stops when the draft's top probability
     falls below it. ``source``: ``model`` (the draft model), ``ngram``
-    (prompt lookup, no model needed) or ``ngram+model`` (n-gram when it
-    matches, else the model). ``enabled`` False = plain decoding. ``exact``:
+    (prompt lookup, no model needed), ``ngram+model`` (n-gram when it
+    matches, else the model) or ``auto``: with ``n_draft = "auto"`` each step
+    chooses plain decoding, the n-gram proposal or the model's, and its length,
+    from measured costs and acceptance (:class:`~.adaptive.SourceChooser`);
+    with a fixed k it drafts as ``ngram+model``. ``n_draft_max_ngram``: the
+    longest n-gram proposal ``auto`` may make (1..4096, default 32: a proposal
+    that is copied costs almost nothing, so a reliable one may run long).
+    ``enabled`` False = plain decoding. ``exact``:
     measure at load how large a verify batch the target decodes bit-identically
     to single rows, and verify in chunks of that size (:mod:`invariance`).
 
@@ -100,11 +106,13 @@ class SpeculationSettings:
     source: str = "model"
     n_draft_max: int = 8
     exact: bool = True
+    n_draft_max_ngram: int = 32
 
     def __post_init__(self) -> None:
         if isinstance(self.n_draft, str) and self.n_draft != "auto":
             raise BoundsError("n_draft", self.n_draft, f'an integer in 1..{MAX_DRAFT_TOKENS} or "auto"')
         check_int("n_draft_max", self.n_draft_max, 1, MAX_DRAFT_TOKENS)
+        check_int("n_draft_max_ngram", self.n_draft_max_ngram, 1, MAX_DRAFT_TOKENS)
         validate_speculation(1, self.k_max, self.n_min, self.p_min)
         _choice("speculation.source", self.source, DRAFT_SOURCES)
 
@@ -115,8 +123,21 @@ class SpeculationSettings:
 
     @property
     def k_max(self) -> int:
-        """The largest k a step may propose: ``n_draft``, or ``n_draft_max`` for ``auto``."""
+        """The largest k a draft model's step may propose: ``n_draft``, or ``n_draft_max`` for ``auto``."""
         return self.n_draft_max if self.n_draft == "auto" else self.n_draft  # type: ignore[return-value]
+
+    @property
+    def k_max_ngram(self) -> int:
+        """The largest k an n-gram step may propose: ``n_draft``, or ``n_draft_max_ngram`` for ``auto``
+        (with ``source`` ``ngram`` or ``auto``)."""
+        if self.n_draft != "auto" or self.source not in ("ngram", "auto"):
+            return self.k_max
+        return self.n_draft_max_ngram
+
+    @property
+    def k_limit(self) -> int:
+        """The largest k any step may propose: what verify batches and the probe must hold."""
+        return max(self.k_max, self.k_max_ngram)
 
 
 @dataclass(frozen=True)

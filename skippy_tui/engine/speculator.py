@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .adaptive import AdaptiveK, VerifyCosts, best_k
+from .adaptive import AdaptiveK, SourceChooser, VerifyCosts, best_k
 from .bounds import ContextCapacity, validate_capacity, validate_prompt_len
 from .chat import ChatTemplate, Message, prompt_tokens
 from .drafters import Drafter, ModelDrafter, Proposal
@@ -41,7 +41,7 @@ from .gguf_info import ModelInfo
 from .invariance import Invariance
 from .kvcache import KvCache
 from .native import Context, Model
-from .ngram import NgramDrafter, build_drafter
+from .ngram import AutoDrafter, NgramDrafter, build_drafter
 from .sampling import PenaltyWindow, SamplingParams, top_softmax
 from .settings import GenerationSettings, SpeculationSettings
 from .stats import AcceptanceStats
@@ -85,10 +85,13 @@ class Speculator:
         self.drafter = drafter
         if drafter is None or self.model_drafter is not None:
             self.drafter = build_drafter(self.speculation.source, self.model_drafter, self._ngram)
-        # k-policy hook: .choose(k_max) -> (k, reason), optional .observe(**step);
-        # n_draft = "auto" installs an AdaptiveK per draft source (they share verify costs)
-        self.k_policy: object | None = None
+        # n_draft = "auto" chooses k with an AdaptiveK per draft source (they share verify
+        # costs), or with a SourceChooser over the n-gram's and the model's for source = "auto";
+        # the estimator measures every step even with a fixed k (the status bar's verdict)
+        self.k_policy: AdaptiveK | SourceChooser | None = None
         self.estimator: AdaptiveK | None = None
+        self._step_policy: AdaptiveK | None = None  # the policy that measures the current step
+        self._ngram_offer: list[int] = []  # source = "auto": what the n-gram match offered this step
         self._verify_costs = VerifyCosts()
         # acceptance differs by draft source and by how tokens are chosen (greedy,
         # coupled or rejection sampling): one policy per pair, verify costs shared
@@ -125,15 +128,23 @@ class Speculator:
 
     def _install_policy(self) -> None:
         """One AdaptiveK per (draft source, sampling mode) measures every step (the
-        verdict); with ``n_draft = "auto"`` it also chooses k."""
-        key = (self.drafter.source if self.drafter is not None else "none", self._mode)
+        verdict); with ``n_draft = "auto"`` it also chooses k — for ``source = "auto"``
+        through a :class:`SourceChooser` over the n-gram's and the model's policies."""
+        source = self.drafter.source if self.drafter is not None else "none"
+        if source == "auto":
+            ngram = self._policy("ngram")
+            model = self._policy("model") if self.model_drafter is not None else None
+            self.estimator = model or ngram
+            self.k_policy = SourceChooser(model, ngram) if self.speculation.auto else None
+            return
+        self.estimator = self._policy(source)
+        self.k_policy = self.estimator if self.speculation.auto else None
+
+    def _policy(self, source: str) -> AdaptiveK:
+        key = (source, self._mode)
         if key not in self._policies:
             self._policies[key] = AdaptiveK(self._verify_costs)
-        self.estimator = self._policies[key]
-        if self.speculation.auto:
-            self.k_policy = self.estimator
-        elif isinstance(self.k_policy, AdaptiveK):
-            self.k_policy = None
+        return self._policies[key]
 
     def reset_policies(self) -> None:
         """Forget what the adaptive policies measured (costs, acceptance) for every draft source."""
@@ -162,6 +173,10 @@ class Speculator:
         """
         if not self.speculation.enabled or self.drafter is None:
             return None
+        if isinstance(self.k_policy, SourceChooser):
+            plain = self.estimator.rates(0) if self.estimator is not None else None
+            best = max((r for _, r in self.k_policy.last.values()), default=None)
+            return best / plain[0] if best and plain and plain[0] > 0 else None
         k_max = self.speculation.k_max
         rates = self.estimator.rates(k_max)
         if not rates or rates[0] <= 0:
@@ -248,7 +263,8 @@ class Speculator:
             draft_sync = NO_SYNC
             if self.speculation.enabled and self.drafter is not None and self.drafter.room(context) > 0:
                 # fill the draft with the prompt now, so prefill never counts as decoding time
-                draft_sync = self.drafter.sync(context)
+                d = self.drafter
+                draft_sync = d.prefill(context) if isinstance(d, AutoDrafter) else d.sync(context)
             t2 = time.perf_counter()
             prefill_ms, draft_prefill_ms = (t1 - t0) * 1000, (t2 - t1) * 1000
         except ContextFullError as e:
@@ -363,13 +379,15 @@ class Speculator:
                 len(proposal.tokens), n_acc, n_used,
                 step_ms=step_ms, sync_ms=block.sync_ms, draft_ms=block.draft_ms, verify_ms=block.verify_ms,
             )  # fmt: skip
-            for observer in {id(o): o for o in (self.estimator, self.k_policy) if o is not None}.values():
-                observe = getattr(observer, "observe", None)
-                if observe is not None:
-                    observe(
-                        k=block.k, n_proposed=len(proposal.tokens), n_accepted=n_acc, sync=block.sync,
-                        sync_ms=block.sync_ms, draft_ms=block.draft_ms, verify_ms=block.verify_ms, step_ms=step_ms,
-                    )  # fmt: skip
+            if isinstance(self.k_policy, SourceChooser) and mode != "rejection":
+                # the n-gram's offer, judged against what was committed: free acceptance data
+                proposed_by = block.proposal.source if block.proposal.tokens else "none"
+                self.k_policy.shadow(proposed_by, self._ngram_offer, new_tokens[: n_used + (reason == "eos")])
+            if self._step_policy is not None:
+                self._step_policy.observe(
+                    k=block.k, n_proposed=len(proposal.tokens), n_accepted=n_acc,
+                    sync_ms=block.sync_ms, draft_ms=block.draft_ms, verify_ms=block.verify_ms, step_ms=step_ms,
+                )  # fmt: skip
             yield event
             step += 1
 
@@ -413,8 +431,7 @@ class Speculator:
         sync_info, proposal, sync_ms, draft_ms = NO_SYNC, Proposal(), 0.0, 0.0
         if k > 0:
             t = time.perf_counter()
-            # the draft's catch-up tokens ride along with its first proposal decode
-            sync_info = self.drafter.sync(context, defer_extend=True)  # type: ignore[union-attr]
+            sync_info = self.drafter.sync(context)  # type: ignore[union-attr]
             t2 = time.perf_counter()
             rule = sampler.draft_rule(len(context), window)
             proposal = self.drafter.propose(context, k, self.speculation.p_min, rule)  # type: ignore[union-attr]
@@ -431,18 +448,35 @@ class Speculator:
         return _Block(k, k_reason, sync_info, proposal, logits, verdict, sync_ms, draft_ms, verify_ms)
 
     def _choose_k(self, context: Sequence[int], remaining: int) -> tuple[int, str]:
-        """This step's proposal length, clamped so everything fits (0 = plain step)."""
+        """This step's proposal length, clamped so everything fits (0 = plain step).
+
+        Sets :attr:`_step_policy`, the policy that measures the step, and with
+        ``source = "auto"`` routes the drafter to the chosen source.
+        """
         spec = self.speculation
+        self._step_policy = self.estimator
+        self._ngram_offer = []
         if self.drafter is None or not spec.enabled:
             return 0, "speculation off"
         n_past = len(context) - 1
         # the verify batch [last, d1..dk] must fit the target's window; more than
         # remaining - 1 proposals could never all be committed
-        k_max = min(spec.k_max, self.n_ctx - n_past - 1, self.drafter.room(context), remaining - 1)
-        if k_max <= 0:
+        fits = min(self.n_ctx - n_past - 1, remaining - 1)
+        # a long n-gram proposal is clamped to what one target batch holds (the model's k is validated)
+        k_ngram = min(spec.k_max_ngram, fits, self.target_cache.ctx.n_batch - 1)
+        k_max = min(k_ngram if self.drafter.source == "ngram" else spec.k_max, fits)
+        k_max = min(k_max, self.drafter.room(context))
+        if isinstance(self.k_policy, SourceChooser):
+            drafter: AutoDrafter = self.drafter  # type: ignore[assignment]
+            self._ngram_offer = drafter.available(context, k_ngram) if k_ngram > 0 else []
+            k_model = max(k_max, 0) if drafter.model is not None else 0
+            source, k, why = self.k_policy.choose(k_model, len(self._ngram_offer))
+            drafter.route = source
+            self._step_policy = self.k_policy.policy(source)
+        elif k_max <= 0:
             return 0, "no room"
-        if self.k_policy is not None:
-            k, why = self.k_policy.choose(k_max)  # type: ignore[attr-defined]
+        elif self.k_policy is not None:
+            k, why = self.k_policy.choose(k_max)
         else:
             k, why = k_max, "fixed"
         if 0 < k < spec.n_min:
