@@ -102,6 +102,19 @@ def test_verify_costs_interpolate_and_extrapolate():
     assert v.at(9) == pytest.approx(26.0)  # slope of the last two
 
 
+def test_verify_costs_never_fall_with_the_batch_size():
+    """One noisy sample per size (the probe's) must not make a longer batch look cheaper."""
+    v = VerifyCosts()
+    for b, ms in {1: 20.0, 2: 24.0, 3: 52.0, 4: 39.0, 5: 58.0, 6: 41.0, 7: 70.0}.items():
+        v.add(b, ms)
+    v.add(2, 24.0)  # size 2 holds two samples: it weighs more in a pooled block
+    got = v.measured()
+    assert list(got.values()) == sorted(got.values())
+    assert got[1] == 20.0 and got[2] == 24.0 and got[7] == 70.0
+    assert got[3] == got[4] == pytest.approx((52 + 39) / 2)  # pooled, like the next pair
+    assert got[5] == got[6] == pytest.approx((58 + 41) / 2)
+
+
 # -- the chooser, fed synthetic observations ------------------------------------------------------
 
 

@@ -96,8 +96,24 @@ class VerifyCosts:
         self._by_size.setdefault(batch, Recent()).add(ms)
 
     def measured(self) -> dict[int, float]:
-        """``{batch size: median ms}`` for every measured size."""
-        return {b: r.value for b, r in sorted(self._by_size.items()) if r.value is not None}  # type: ignore[misc]
+        """``{batch size: ms}`` for every measured size: the medians, made non-decreasing
+        in the batch size (a batch never costs less than a smaller one; single noisy
+        samples, e.g. the load-time probe's, would otherwise make some k look cheap).
+
+        Pool-adjacent-violators over the medians, weighted by how many samples each holds.
+        """
+        blocks: list[list[float]] = []  # [mean ms, weight, number of sizes pooled]
+        sizes = []
+        for b, r in sorted(self._by_size.items()):
+            if r.value is None:
+                continue
+            sizes.append(b)
+            blocks.append([r.value, float(len(r)), 1])
+            while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+                (v1, w1, n1), (v2, w2, n2) = blocks[-2], blocks.pop()
+                blocks[-1] = [(v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, n1 + n2]
+        values = [v for v, _, n in blocks for _ in range(n)]
+        return dict(zip(sizes, values))
 
     def count(self, batch: int) -> int:
         r = self._by_size.get(batch)
