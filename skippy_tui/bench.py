@@ -138,7 +138,7 @@ SUITE: tuple[BenchPrompt, ...] = (
     ),
     BenchPrompt(
         "free-form",
-        "chat",
+        "free-form",
         "Imagine a city in the year 2300. Describe a morning walk through it, in your own words.",
     ),
 )

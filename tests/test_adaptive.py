@@ -412,3 +412,35 @@ def test_chooser_recovers_after_a_load_spike():
     assert first <= 6, calm
     assert calm[-5:] == [8] * 5, calm
     assert policy.slowdown < 0.05
+
+
+AUTO_PROMPTS = [
+    "Rewrite the following text exactly, but replace 'cliff' with 'hill'. Change nothing else.\n\nThe old "
+    "lighthouse stood on the edge of the cliff for more than a hundred years. Every night its keeper climbed "
+    "the narrow stairs to light the lamp.",
+    "Write the days of the week, then write them again in reverse order.",
+    "What are three simple habits that help people sleep better?",
+]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_auto_source_output_equals_plain_whatever_it_chooses(pair, temperature):
+    gen = GenerationSettings(SamplingParams(temperature=temperature, seed=11), max_tokens=64)
+    runs = []
+    for prompt in AUTO_PROMPTS:
+        pair.update(enabled=False)
+        plain = Run(pair.run(user(prompt), gen))
+        pair.update(enabled=True, source="auto", n_draft="auto")
+        run = Run(pair.run(user(prompt), gen))
+        assert run.finish.token_ids == plain.finish.token_ids, prompt
+        assert run.started.draft_source == "auto"
+        for s in run.steps:
+            assert s.k_reason.startswith(("auto: ngram", "auto: model")) or s.k_reason == "no room", s.k_reason
+            if s.proposed:
+                assert s.draft_source in ("ngram", "model") and s.k_reason.startswith(f"auto: {s.draft_source}")
+        runs.append(run)
+    used = {s.draft_source for r in runs for s in r.steps if s.proposed}
+    assert used == {"ngram", "model"}, used
+    # the copy: long n-gram proposals, beyond the model's n_draft_max
+    assert max(len(s.proposed) for s in runs[0].steps if s.draft_source == "ngram") > 8
+    assert_verified_in_batches(pair, runs, at_least=9)

@@ -161,7 +161,10 @@ def test_bench_sampled_json_end_to_end(capsys):
     assert report["sampler"] == "coupled" and report["samplers"] == ["coupled", "rejection"]
     assert report["seed"] == 7 and report["seeds"] == [7]
     row = report["results"]["chat"]
-    assert list(row) == ["plain", "k=4", "auto", "ngram", "k=4 rej", "auto rej"]
+    assert list(row) == [
+        "plain", "k=4", "auto", "ngram", "ngram+model", "default", "k=4 rej", "auto rej", "ngram+model rej",
+        "default rej",
+    ]  # fmt: skip
     for name, r in row.items():
         assert "acceptance_rate" in r and r["n_tokens"] == 8
         if r["sampler"] == "coupled":
@@ -169,7 +172,7 @@ def test_bench_sampled_json_end_to_end(capsys):
         else:
             assert isinstance(r["identical_to_plain"], bool), name  # reported, not expected
     goals = report["goals"]
-    assert goals["identical_met"] is True and goals["identical_runs"] == {"identical": 3, "total": 3}
+    assert goals["identical_met"] is True and goals["identical_runs"] == {"identical": 5, "total": 5}
     acc = goals["acceptance_vs_greedy"]
     assert acc["k"] == 4 and acc["greedy"] is not None and acc["rejection"] is not None
     assert goals["acceptance_met"] is acc["met"] and set(goals["best_fixed_vs_plain"]) == {"chat"}

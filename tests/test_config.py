@@ -69,7 +69,7 @@ def test_no_config_file_means_defaults() -> None:
     assert cfg.source is None
     spec = cfg.engine_spec()
     assert spec.target.path is None  # the embedded default pair
-    assert spec.speculation.n_draft == 4  # the demo pair keeps a fixed k
+    assert (spec.speculation.n_draft, spec.speculation.source) == ("auto", "auto")  # every pair, the demo one too
 
 
 def test_the_draft_inherits_target_keys_unless_set(tmp_path: Path) -> None:

@@ -51,7 +51,14 @@ def _check(path: Path, max_rows: int, tmp_path: Path, monkeypatch) -> None:
             inv = cached_probe(ctx, 17, lp, tmp_path)
             assert list((tmp_path / "invariance").glob("*.json")), "the probe result was not cached"
             monkeypatch.setattr(inv_mod, "probe", lambda *a: (_ for _ in ()).throw(AssertionError("probed again")))
-            assert cached_probe(ctx, 17, lp, tmp_path) == inv
+            again = cached_probe(ctx, 17, lp, tmp_path)
+            assert (again.rows, again.probed, again.max_diff, again.windows) == (
+                inv.rows,
+                inv.probed,
+                inv.max_diff,
+                inv.windows,
+            )
+            assert inv.timings_ms and not again.timings_ms  # stale timings are not reused
             monkeypatch.undo()
             # the claim must be one the scan can test: a build that verifies row by row fails here
             assert inv.chunk >= 2, f"{inv.label()} on {cpu_model()!r} [{system_info()}]"

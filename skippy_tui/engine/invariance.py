@@ -176,6 +176,7 @@ def cached_probe(ctx: Context, max_rows: int, params: LoadParams, cache_dir: Pat
     """:func:`probe`, memoised on disk by (model file, build, CPU, numeric load settings).
 
     A missing or unreadable entry is simply measured again; writes are atomic.
+    Only a fresh probe carries ``timings_ms``.
     A build known to be batch-variant (:func:`variant_build`) is not probed:
     the result is ``rows=1`` with the reason in ``note``.
 
@@ -193,12 +194,14 @@ def cached_probe(ctx: Context, max_rows: int, params: LoadParams, cache_dir: Pat
     entry = cache_dir / "invariance" / f"{file_key(path, system_info(), cpu_model(), numeric)}.json"
     data = read_entry(entry)
     try:
+        # the verdict is a property of the file, build and CPU; the timings were the machine's
+        # state at probe time (a busy machine made them several times too slow), so a cached
+        # result seeds no costs and auto measures afresh
         return Invariance(
             rows=data["rows"],
             probed=data["probed"],
             max_diff=data["max_diff"],
             windows=tuple(data["windows"]),
-            timings_ms={int(b): float(ms) for b, ms in data["timings_ms"].items()},
         )
     except (ValueError, TypeError, KeyError, AttributeError):
         pass

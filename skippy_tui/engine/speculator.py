@@ -93,6 +93,7 @@ class Speculator:
         self._step_policy: AdaptiveK | None = None  # the policy that measures the current step
         self._ngram_offer: list[int] = []  # source = "auto": what the n-gram match offered this step
         self._verify_costs = VerifyCosts()
+        self._seed_timings: dict[int, float] = {}
         # acceptance differs by draft source and by how tokens are chosen (greedy,
         # coupled or rejection sampling): one policy per pair, verify costs shared
         self._policies: dict[tuple[str, str], AdaptiveK] = {}
@@ -147,9 +148,11 @@ class Speculator:
         return self._policies[key]
 
     def reset_policies(self) -> None:
-        """Forget what the adaptive policies measured (costs, acceptance) for every draft source."""
-        prior = self._verify_costs.prior_slope
-        self._verify_costs = VerifyCosts(prior)
+        """Forget what the adaptive policies measured during replies (costs, acceptance) for
+        every draft source; the load-time verify timings (:meth:`seed_verify_costs`) stay."""
+        self._verify_costs = VerifyCosts(self._verify_costs.prior_slope)
+        for batch, ms in self._seed_timings.items():
+            self._verify_costs.add(batch, ms)
         self._policies.clear()
         self._install_policy()
 
@@ -161,6 +164,7 @@ class Speculator:
         """
         if self.verify_rows == 1:
             self._verify_costs.prior_slope = 1.0
+        self._seed_timings = dict(timings_ms)
         for batch, ms in timings_ms.items():
             self._verify_costs.add(batch, ms)
 
