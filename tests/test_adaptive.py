@@ -441,6 +441,6 @@ def test_auto_source_output_equals_plain_whatever_it_chooses(pair, temperature):
         runs.append(run)
     used = {s.draft_source for r in runs for s in r.steps if s.proposed}
     assert used == {"ngram", "model"}, used
-    # the copy: long n-gram proposals, beyond the model's n_draft_max
-    assert max(len(s.proposed) for s in runs[0].steps if s.draft_source == "ngram") > 8
+    if temperature == 0.0:  # a greedy copy is exact: long n-gram proposals, beyond the model's n_draft_max
+        assert max(len(s.proposed) for s in runs[0].steps if s.draft_source == "ngram") > 8
     assert_verified_in_batches(pair, runs, at_least=9)

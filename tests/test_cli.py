@@ -28,7 +28,7 @@ def _default_pair_ready(smollm2_f32: Path) -> None:
 
 
 def test_run_streams_the_reply_and_traces_steps() -> None:
-    r = cli("run", "What is the capital of France?", "--trace", "--stats", "--max-tokens", "24")
+    r = cli("run", "What is the capital of France?", "--trace", "--stats", "--max-tokens", "24", "--n-draft", "4")
     assert r.returncode == 0, r.stderr
     assert "Paris" in r.stdout
     steps = [ln for ln in r.stderr.splitlines() if ln.startswith("step ")]
