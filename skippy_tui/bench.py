@@ -1376,7 +1376,7 @@ def _identity_report(
     system: str,
 ) -> dict[str, Any]:
     """The identity grid: no warm-up and no timing, one reply per case."""
-    sources = ("model", "ngram") if speculator.model_drafter is not None else ("ngram",)
+    sources = ("model", "ngram", "auto") if speculator.model_drafter is not None else ("ngram", "auto")
     grid_ks: list[int | str] = [*ks, "auto"]
     total = len(prompts) * 2 * (1 + len(samplers) * len(sources) * len(grid_ks))
     progress = Progress(total, enabled=not args.no_progress)

@@ -187,10 +187,10 @@ def test_identity_grid_end_to_end(capsys):
     assert rc == 0
     report = json.loads(capsys.readouterr().out)
     assert report["mode"] == "identity" and report["temperature"] == 0.8  # the mode's default
-    assert report["ks"] == [4, "auto"] and report["sources"] == ["model", "ngram"]
-    assert report["overall"] == {"identical": 16, "total": 16, "share": 1.0}  # 2 prompts x 2 penalties x 2 x 2
+    assert report["ks"] == [4, "auto"] and report["sources"] == ["model", "ngram", "auto"]
+    assert report["overall"] == {"identical": 24, "total": 24, "share": 1.0}  # 2 prompts x 2 penalties x 3 x 2
     assert report["met"] is True and report["mismatches"] == [] and list(report["by_sampler"]) == ["coupled"]
-    assert len(report["grid"]) == 8 and report["penalties"]["on"]["repeat_penalty"] == 1.3
+    assert len(report["grid"]) == 12 and report["penalties"]["on"]["repeat_penalty"] == 1.3
 
 
 class FakeSpeculator:
