@@ -57,6 +57,11 @@ def load(
             use_draft=draft is not None,
         )
     )
+    return track(s)
+
+
+def track(s: Speculator) -> Speculator:
+    """Remember ``s``'s current settings as the ones :func:`restore` goes back to."""
     _initial[s] = s.speculation
     return s
 
