@@ -1,21 +1,36 @@
 """The app on the real default pair (SmolLM2-135M F32 target, Q4_1 draft), driven by Pilot.
 
 Replies are short, so each test costs a few steps; greedy (temperature 0)
-unless the test is about sampling.
+unless the test is about sampling. The shared pair starts every test as
+loaded (see conftest); a test that needs a proposal in every step fixes k,
+since ``auto`` may decode the first steps plainly.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
 from ui_helpers import SIZE, run, ui_config, wait_for_screen, wait_until
 
-from skippy_tui.engine.events import ReplyFinished
-from skippy_tui.transcript import Transcript
+from skippy_tui.engine.events import Event, ReplyFinished, StepVerified
+from skippy_tui.transcript import Entry, Transcript
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.chat import AssistantMessage, UserMessage
 from skippy_tui.ui.screens import InspectorScreen, TuneScreen
+
+
+def _status(app: SkippyApp) -> str:
+    return str(app.query_one("#status").render())
+
+
+def _proposes(step: StepVerified) -> bool:
+    """A step of a fixed k proposed, unless the reply had room for one token only."""
+    return bool(step.proposed) or step.k_reason == "no room"
 
 
 async def _send(app: SkippyApp, pilot, text: str) -> None:
@@ -33,26 +48,76 @@ async def _reply(app: SkippyApp, pilot, text: str, timeout: float = 240) -> Repl
     return fin
 
 
+class Paced:
+    """The shared pair, but the engine thread waits after each step until the test lets it go on.
+
+    So the test reads the chat after every step while the reply provably is
+    not finished (its next step is not even computed), however fast the machine.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.go = threading.Semaphore(0)
+        self._free = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def run(self, messages: Any, gen: Any, cancel: threading.Event) -> Iterator[Event]:
+        for ev in self._inner.run(messages, gen, cancel):
+            yield ev  # posted to the app before the generator resumes
+            if isinstance(ev, StepVerified) and not self._free.is_set():
+                self.go.acquire(timeout=60)
+
+    def free(self) -> None:
+        """Stop pacing (a failed test must not leave the engine thread waiting)."""
+        self._free.set()
+        self.go.release()
+
+
+async def _after_step(app: SkippyApp, pilot, entry: Entry, msg: AssistantMessage, n: int) -> str | None:
+    """The chat's text once step ``n + 1`` of a paced reply is shown (None: the reply ended)."""
+    await wait_until(pilot, lambda: len(entry.steps) > n or not app.generating, 180, f"step {n + 1}")
+    if not app.generating:
+        return None
+    so_far = "".join(s.text for st in entry.steps for s in st.delta)
+    await wait_until(pilot, lambda: msg.text == so_far, 10, f"step {n + 1}'s text in the chat")
+    assert app.generating and entry.finish is None
+    return msg.text
+
+
 def test_send_streams_text_and_step_rows(speculator) -> None:
+    """The chat shows the reply growing step by step while it is generated, then the full text."""
+    speculator.update(n_draft=4, source="model")  # every step proposes
+    paced = Paced(speculator)
+
     async def body() -> None:
-        app = SkippyApp(ui_config(max_tokens=12), speculator=speculator)
+        app = SkippyApp(ui_config(max_tokens=16), speculator=paced)
         async with app.run_test(size=SIZE) as pilot:
             await _send(app, pilot, "Write a haiku about the sea.")
-            msg = app.query(AssistantMessage).last()
-            # streamed: text and timeline rows appear while the reply is still being generated
-            await wait_until(pilot, lambda: app.panel.timeline.row_count > 0 and msg.text, 180, "a streamed step")
-            streamed_rows = app.panel.timeline.row_count
-            await wait_until(pilot, lambda: not app.generating, 240, "the reply to finish")
-            entry = app.transcript.entries[-1]
+            msg, entry = app._current, app._current_entry
+            assert msg is not None and entry is not None
+            shown: list[str] = []  # the chat's text after each step, read while the reply was unfinished
+            try:
+                while (text := await _after_step(app, pilot, entry, msg, len(shown))) is not None:
+                    shown.append(text)
+                    paced.go.release()
+            finally:
+                paced.free()
             fin = entry.finish
             assert fin is not None and fin.reason in ("max_tokens", "eos")
-            assert fin.text and entry.content == fin.text
+            # streamed: the text grew through at least two partial states before the reply finished
+            partial = [t for t in dict.fromkeys(shown) if t and t != fin.text]
+            assert len(partial) >= 2, shown
+            assert all(fin.text.startswith(t) for t in partial)
+            assert all(len(a) < len(b) for a, b in itertools.pairwise(partial))
+            assert entry is app.transcript.entries[-1] and fin.text and entry.content == fin.text
             assert msg.text == fin.text  # Markdown re-rendered with the full text
-            assert app.panel.timeline.row_count == len(entry.steps) == fin.n_steps >= streamed_rows
+            assert app.panel.timeline.row_count == len(entry.steps) == fin.n_steps == len(shown)
             assert "".join(s.text for s in entry.spans()) == fin.text
-            assert any(st.proposed for st in entry.steps)  # speculation ran
-            status = str(app.query_one("#status").render())
-            for part in ("F32", "Q4_1", "CPU", f"ctx {fin.n_past}/4096", "spec on", "greedy"):
+            assert all(_proposes(st) for st in entry.steps)  # speculation ran, k=4 each step
+            status = _status(app)
+            for part in ("F32", "Q4_1", "CPU", f"ctx {fin.n_past}/4096", "spec on k=4", "greedy"):
                 assert part in status
             # the inspector opens on a step
             app.panel.timeline.focus()
@@ -81,7 +146,7 @@ def test_stop_mid_reply(speculator) -> None:
             # the conversation goes on after a stop
             app.generation = dataclasses.replace(app.generation, max_tokens=6)
             fin = await _reply(app, pilot, "Thanks!")
-            assert fin.reason != "error"
+            assert fin.reason in ("max_tokens", "eos") and fin.text
 
     run(body())
 
