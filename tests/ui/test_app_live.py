@@ -13,12 +13,17 @@ import dataclasses
 import itertools
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
-from ui_helpers import SIZE, run, ui_config, wait_for_screen, wait_until
+import pytest
+from ui_helpers import CHAT_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
 
-from skippy_tui.engine.events import Event, ReplyFinished, StepVerified
+from skippy_tui.cli import main
+from skippy_tui.engine.chat import prompt_tokens
+from skippy_tui.engine.events import Event, ReplyFinished, StepVerified, SyncInfo
 from skippy_tui.transcript import Entry, Transcript
+from skippy_tui.ui import launch
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.chat import AssistantMessage, UserMessage
 from skippy_tui.ui.screens import InspectorScreen, TuneScreen
@@ -46,6 +51,12 @@ async def _reply(app: SkippyApp, pilot, text: str, timeout: float = 240) -> Repl
     fin = app.transcript.entries[-1].finish
     assert fin is not None
     return fin
+
+
+def _prompt(spec: Any, transcript: Transcript, question: str) -> list[int]:
+    """The tokens the engine's prompt must be when ``question`` follows ``transcript``."""
+    messages = [*transcript.engine_messages(), {"role": "user", "content": question}]
+    return prompt_tokens(spec.target, spec.template, messages)
 
 
 class Paced:
@@ -305,6 +316,9 @@ def test_save_reload_and_continue(speculator, tmp_path) -> None:
             assert app2.panel.timeline.row_count == len(saved.entries[-1].steps)
             await _reply(app2, pilot, "And goodbye.")
             assert [e.role for e in app2.transcript.entries] == ["user", "assistant"] * 2
+            # the reply's prompt was the whole conversation, the saved turn included
+            started = app2.transcript.entries[-1].started
+            assert started.n_prompt == len(_prompt(speculator, saved, "And goodbye."))
 
     run(body())
 
@@ -393,3 +407,73 @@ def test_engine_thread_crash_ends_the_reply_with_a_notice(speculator) -> None:
             assert app.panel.timeline.row_count == 1  # the one step that arrived was shown
 
     run(body())
+
+
+async def _continue_replayed(app: SkippyApp, pilot, saved: Transcript) -> None:
+    """Once the models load, a new message continues the replayed conversation: the engine's
+    prompt is the whole conversation, the transcript gains the turn, the next turn reuses the caches."""
+    await wait_until(pilot, lambda: app.speculator is not None, 240, "the models to load")
+    spec = app.speculator
+    assert app.owns_speculator and not app.replay and app.transcript == saved
+    assert "spec on" in _status(app) and "replay" not in _status(app)
+    question = "And what is 3+3?"
+    conversation = _prompt(spec, saved, question)
+    alone = _prompt(spec, Transcript(), question)
+    await _reply(app, pilot, question)
+    started = app.transcript.entries[-1].started
+    # fresh caches: one prefill of every earlier turn plus the question
+    assert started.n_prompt == len(conversation) > len(alone)
+    assert started.target_sync == SyncInfo("reset", 0, len(conversation) - 1)
+    assert app.transcript.entries[:4] == saved.entries
+    assert [(e.role, e.content) for e in app.transcript.entries[4:5]] == [("user", question)]
+    assert [e.role for e in app.transcript.entries] == ["user", "assistant"] * 3
+    assert len(app.query(AssistantMessage)) == 3 and len(app.query(UserMessage)) == 3
+    # the turn after it extends the target's cache past the continued conversation
+    await _reply(app, pilot, "Thanks.")
+    after = app.transcript.entries[-1].started
+    assert after.target_sync.kind == "extend" and after.target_sync.start >= started.n_prompt, after.target_sync
+
+
+def _close_owned(app: SkippyApp) -> None:
+    if app.speculator is not None and app.owns_speculator and not app.generating:
+        app.speculator.close()
+
+
+def test_cli_replay_continue_loads_the_models_and_continues(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, smollm2_f32: Path
+) -> None:
+    """``skippy-tui replay FILE --continue``: the app the CLI builds is driven here instead of run."""
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[target]\nthreads = 1\nthreads_batch = 1\n", "utf-8")  # as ui_config: fast on a shared machine
+    built: list[SkippyApp] = []
+    monkeypatch.setattr(launch, "_run", lambda app: built.append(app) or 0)
+    assert main(["replay", str(CHAT_JSON), "--continue", "--max-tokens", "6", "--config", str(cfg)]) == 0
+    (app,) = built
+
+    async def body() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            assert app.transcript_path == CHAT_JSON and (app.loading or app.speculator is not None)
+            await _continue_replayed(app, pilot, Transcript.load(CHAT_JSON))
+
+    try:
+        run(body())
+    finally:
+        _close_owned(app)
+
+
+def test_f5_loads_the_models_into_a_replay_and_continues(smollm2_f32: Path) -> None:
+    app = SkippyApp(
+        ui_config(max_tokens=6), transcript=Transcript.load(CHAT_JSON), transcript_path=CHAT_JSON, load_models=False
+    )
+
+    async def body() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            assert app.replay and app.speculator is None and "no models loaded (f5 loads them)" in _status(app)
+            await pilot.press("f5")
+            await wait_until(pilot, lambda: app.loading or app.speculator is not None, 5, "the load to start")
+            await _continue_replayed(app, pilot, Transcript.load(CHAT_JSON))
+
+    try:
+        run(body())
+    finally:
+        _close_owned(app)
