@@ -22,10 +22,11 @@ from ui_helpers import CHAT_JSON, SIZE, run, ui_config, wait_for_screen, wait_un
 from skippy_tui.cli import main
 from skippy_tui.engine.chat import prompt_tokens
 from skippy_tui.engine.events import Event, ReplyFinished, StepVerified, SyncInfo
+from skippy_tui.engine.invariance import Invariance
 from skippy_tui.transcript import Entry, Transcript
 from skippy_tui.ui import launch
 from skippy_tui.ui.app import SkippyApp
-from skippy_tui.ui.chat import AssistantMessage, UserMessage
+from skippy_tui.ui.chat import AssistantMessage, UserMessage, Welcome
 from skippy_tui.ui.screens import InspectorScreen, TuneScreen
 
 
@@ -477,3 +478,84 @@ def test_f5_loads_the_models_into_a_replay_and_continues(smollm2_f32: Path) -> N
         run(body())
     finally:
         _close_owned(app)
+
+
+def test_f4_turns_speculation_off_and_on_again(speculator) -> None:
+    speculator.update(n_draft=4, source="model")  # every speculative step proposes
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=8), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            assert "spec on k=4" in _status(app)
+            await pilot.press("f4")
+            await wait_until(pilot, lambda: "spec off" in _status(app), 5, "the status to say off")
+            await _reply(app, pilot, "Name a colour.")
+            off = app.transcript.entries[-1]
+            assert not off.started.speculative and off.finish.n_drafted == 0
+            assert off.steps and all(not st.proposed and st.k_reason == "speculation off" for st in off.steps)
+            await pilot.press("f4")
+            await wait_until(pilot, lambda: "spec on k=4" in _status(app), 5, "the status to say on")
+            await _reply(app, pilot, "Name a fruit.")
+            on = app.transcript.entries[-1]
+            assert on.started.speculative and on.finish.n_drafted > 0
+            assert all(_proposes(st) for st in on.steps)
+
+    run(body())
+
+
+def test_ctrl_n_clears_the_chat_and_the_next_reply_starts_from_empty_caches(speculator) -> None:
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=6), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            await _reply(app, pilot, "Name a colour.")
+            first = app.transcript.entries[-1].started
+            await _reply(app, pilot, "Name another one.")
+            assert app.transcript.entries[-1].started.target_sync.kind == "extend"  # a chat reuses its caches
+            await pilot.press("ctrl+n")
+            await wait_until(pilot, lambda: not app.transcript.entries and bool(app.query(Welcome)), 5, "a new chat")
+            assert not app.query(UserMessage) and not app.query(AssistantMessage)
+            assert app.transcript_path is None and app.panel.timeline.row_count == 0
+            assert "ctx 0/4096" in _status(app)
+            # the same first message again: kept caches would make this a truncate, a new chat resets them
+            await _reply(app, pilot, "Name a colour.")
+            started = app.transcript.entries[-1].started
+            assert started.n_prompt == first.n_prompt
+            assert started.target_sync == SyncInfo("reset", 0, started.n_prompt - 1)
+            assert [e.role for e in app.transcript.entries] == ["user", "assistant"]
+
+    run(body())
+
+
+def _exact_part(app: SkippyApp) -> list[str]:
+    return [p for p in _status(app).split(" │ ") if p.startswith(("exact", "not exact"))]
+
+
+def test_status_bar_says_how_verification_stays_exact(speculator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The status bar's "exact…" follows ``speculator.invariance``: the probe's result on this build,
+    then a limit of 7 rows, row by row and no limit; "not exact" with ``exact = false``; nothing when off."""
+    inv = speculator.invariance
+    assert inv is not None and speculator.verify_rows == inv.chunk
+    shown = {None: "exact", 1: "exact ≤1 row"}
+    cases = [
+        inv,
+        Invariance(rows=7, probed=17, max_diff=1.13),
+        Invariance(rows=1, probed=1, max_diff=0.0, note="built with LLAMAFILE"),
+        Invariance(rows=None, probed=17, max_diff=0.0),
+    ]
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(), speculator=speculator)
+        async with app.run_test(size=SIZE):
+            for case in cases:
+                monkeypatch.setattr(speculator, "invariance", case)
+                app._update_status()
+                assert _exact_part(app) == [shown.get(case.rows, f"exact ≤{case.rows} rows")], case
+            monkeypatch.setattr(speculator, "invariance", None)
+            speculator.update(exact=False)
+            app._update_status()
+            assert _exact_part(app) == ["not exact"]
+            speculator.update(enabled=False)
+            app._update_status()
+            assert _exact_part(app) == [] and "spec off" in _status(app)
+
+    run(body())
