@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from textual.color import Color
+from textual.widgets import DataTable, Input
 from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.cli import build_parser, main
@@ -13,8 +15,16 @@ from skippy_tui.engine.events import StepVerified
 from skippy_tui.engine.sampling import SamplingParams
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
-from skippy_tui.ui.chat import AssistantMessage, SystemNote, UserMessage, Welcome
-from skippy_tui.ui.screens import TUNE_FIELDS, ErrorScreen, InspectorScreen, SystemPromptScreen, TuneScreen
+from skippy_tui.ui.chat import AssistantMessage, MessageWidget, SystemNote, UserMessage, Welcome
+from skippy_tui.ui.render import visible
+from skippy_tui.ui.screens import (
+    TUNE_FIELDS,
+    ErrorScreen,
+    InspectorScreen,
+    OpenTranscriptScreen,
+    SystemPromptScreen,
+    TuneScreen,
+)
 from skippy_tui.ui.themes import UiState, load_themes
 
 
@@ -30,6 +40,20 @@ async def _inspect(app: SkippyApp, pilot, row: int) -> InspectorScreen:
     return await wait_for_screen(pilot, app, InspectorScreen, 5)
 
 
+def _topk_rows(screen: InspectorScreen) -> list[list[str]]:
+    table = screen.query_one("#topk", DataTable)
+    return [[str(cell) for cell in table.get_row_at(r)] for r in range(table.row_count)]
+
+
+def _expected_topk(st: StepVerified) -> list[list[str]]:
+    """Rank, draft token and p, target token and p, at the first rejected position."""
+    assert len(st.draft_top) == len(st.target_top) == 5
+    return [
+        [str(r + 1), visible(d.text), f"{d.prob:.3f}", visible(t.text), f"{t.prob:.3f}"]
+        for r, (d, t) in enumerate(zip(st.draft_top, st.target_top))
+    ]
+
+
 def _head(screen: InspectorScreen) -> str:
     return str(screen.query_one("#inspect-head").render())
 
@@ -40,7 +64,7 @@ def test_replay_shows_recorded_steps_without_models() -> None:
     async def body() -> None:
         app = replay_app()
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause()
+            await wait_until(pilot, lambda: len(app.query(AssistantMessage)) == 2, 5, "the replayed replies")
             assert app.speculator is None and not app.loading
             assert not [w for w in app.workers if w.group == "load"]
             assert len(app.query(UserMessage)) == 2 and len(app.query(AssistantMessage)) == 2
@@ -59,7 +83,10 @@ def test_replay_shows_recorded_steps_without_models() -> None:
             assert s.n_steps == sum(e.finish.n_steps for e in saved.replies())
             # sending needs models: refused with a hint, nothing added
             app.prompt.load_text("hello")
+            app.prompt.focus()  # the click above focused the chat
             await pilot.press("enter")
+            hint = "No models loaded: press F5 to load them."
+            await wait_until(pilot, lambda: any(n.message == hint for n in app._notifications), 5, "the hint")
             assert len(app.transcript.entries) == 4 and app.prompt.text == "hello"
 
     run(body())
@@ -78,9 +105,11 @@ def test_inspector_shows_top_k_at_the_first_rejection() -> None:
             await wait_for_screen(pilot, app, InspectorScreen, 5)
             screen = app.screen
             assert screen.index == idx
-            topk = screen.query_one("#topk")
             st: StepVerified = steps[idx]
-            assert topk.row_count == max(len(st.draft_top), len(st.target_top)) > 0
+            rows = _topk_rows(screen)
+            assert rows == _expected_topk(st)
+            # greedy: the draft proposed its top token, the target committed its own
+            assert rows[0][1] == visible(st.proposed[st.n_accepted].text) and rows[0][3] == visible(st.committed.text)
             head = str(screen.query_one("#inspect-head").render())
             assert f"{st.n_past_before} → {st.n_past_after}" in head and st.sync.label() in head
             await pilot.press("right")
@@ -168,6 +197,14 @@ def test_old_transcript_without_seeds_replays_and_says_what_is_missing() -> None
     run(body())
 
 
+def _near(colours: set[tuple[str, tuple[int, int, int]]], wanted: set[tuple[str, str | None]]) -> bool:
+    """The same (origin, colour) pairs, colours within 2 per channel (component styles are blended)."""
+    want = {origin: Color.parse(c or "").rgb for origin, c in wanted}
+    return len(colours) == len(want) and all(
+        max(abs(a - b) for a, b in zip(rgb, want[origin])) <= 2 for origin, rgb in colours
+    )
+
+
 def test_origin_colouring_toggle() -> None:
     async def body() -> None:
         app = replay_app()
@@ -179,9 +216,12 @@ def test_origin_colouring_toggle() -> None:
             assert app.chat.has_class("-origin") and view.display
             rendered = view.render()
             assert rendered.plain == msg.entry.content
-            # two origins, two colours: the theme's $success (draft) and $warning (target)
-            colours = {str(span.style.foreground) for span in rendered.spans}
-            assert len(colours) == 2
+            # each token in its origin's colour: the theme's $success (draft) and $warning (target)
+            spans = [s for s in msg.entry.spans() if s.text]
+            assert [rendered.plain[sp.start : sp.end] for sp in rendered.spans] == [s.text for s in spans]
+            colours = {(s.origin, sp.style.foreground.rgb) for s, sp in zip(spans, rendered.spans)}
+            theme = app.current_theme
+            assert _near(colours, {("draft", theme.success), ("target", theme.warning)})
             await pilot.press("ctrl+o")
             assert not view.display
 
@@ -258,14 +298,12 @@ def test_theme_choice_persists_and_config_wins_when_edited() -> None:
         async with app.run_test(size=SIZE) as pilot:
             assert app.theme == "skippy-dark"
             app.theme = "skippy-light"
-            await pilot.pause()
-        assert UiState.load().theme == "skippy-light"
+            await wait_until(pilot, lambda: UiState.load().theme == "skippy-light", 5, "the theme to be saved")
 
     async def second(config: Config, expected: str) -> None:
         app = SkippyApp(config, load_models=False)
-        async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause()
-            assert app.theme == expected
+        async with app.run_test(size=SIZE):
+            assert app.theme == expected  # set while mounting, before run_test hands over
 
     run(first())
     run(second(ui_config(), "skippy-light"))
@@ -284,9 +322,8 @@ def test_broken_user_theme_is_reported_once_and_skipped() -> None:
 
     async def body() -> None:
         app = SkippyApp(ui_config(), load_models=False)
-        async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause()
-            notes = [n for n in app._notifications if "broken.toml" in n.message]
+        async with app.run_test(size=SIZE):
+            notes = [n for n in app._notifications if "broken.toml" in n.message]  # notified while mounting
             assert len(notes) == 1
             assert "mine" in app.available_themes
 
@@ -301,7 +338,7 @@ def test_input_enter_sends_ctrl_j_newline_and_history_recall() -> None:
         app = SkippyApp(ui_config(), load_models=False)
         async with app.run_test(size=SIZE) as pilot:
             prompt = app.prompt
-            assert isinstance(app.focused, type(prompt))
+            assert app.focused is prompt
             await pilot.press("a", "ctrl+j", "b")
             assert prompt.text == "a\nb"
             prompt.clear()
@@ -325,7 +362,7 @@ def test_tune_dialog_checks_bounds() -> None:
             screen = app.screen
             screen.query_one("#n_draft").value = "0"
             await pilot.press("enter")
-            assert isinstance(app.screen, TuneScreen)
+            assert app.screen is screen and app.config.get("speculation", "n_draft") == "auto"  # refused
             assert "n_draft" in str(screen.query_one("#tune-error").render())
             screen.query_one("#n_draft").value = "6"
             await pilot.press("tab", "tab")  # to the temperature field
@@ -427,7 +464,7 @@ def test_system_prompt_dialog_ctrl_s_saves_the_prompt_not_the_transcript() -> No
 def test_palette_lists_actions_with_their_keys() -> None:
     async def body() -> None:
         app = SkippyApp(ui_config(), load_models=False)
-        async with app.run_test(size=SIZE) as pilot:
+        async with app.run_test(size=SIZE):
             from skippy_tui.ui.commands import SkippyCommands
 
             provider = SkippyCommands(app.screen)
@@ -435,7 +472,6 @@ def test_palette_lists_actions_with_their_keys() -> None:
             for expected in ("Stop generation  (esc)", "New chat  (^n)", "Save transcript  (^s)", "Load models  (f5)"):
                 assert expected in titles
             assert any(t.startswith("Set temperature") for t in titles)
-            await pilot.pause()
 
     run(body())
 
@@ -466,26 +502,40 @@ def test_cli_replay_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert err.startswith("skippy-tui: error: transcript not found") and err.count("\n") == 1
 
 
+async def _open_typed(app: SkippyApp, pilot, path: Path) -> None:
+    """The open-transcript dialog: type a path into it and press Enter."""
+    app.action_open_transcript()
+    screen = await wait_for_screen(pilot, app, OpenTranscriptScreen, 5)
+    assert app.focused is screen.query_one("#path", Input)  # typing goes straight into the path field
+    await pilot.press(*str(path), "enter")
+    await wait_until(pilot, lambda: not isinstance(app.screen, OpenTranscriptScreen), 5, "the dialog to close")
+
+
 def test_open_transcript_dialog_types_a_path_and_survives_a_malformed_file(tmp_path: Path) -> None:
-    from textual.widgets import Input
-
-    from skippy_tui.ui.screens import OpenTranscriptScreen
-
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": "skippy-tui-transcript", "models": "abc"}', "utf-8")
+    saved = Transcript.load(CHAT_JSON)
 
     async def body() -> None:
-        app = replay_app()
+        app = replay_app(path=SAMPLED_JSON)  # another conversation is open first
         async with app.run_test(size=SIZE) as pilot:
-            n = len(app.transcript.entries)
-            for path in (bad, CHAT_JSON):
-                app.action_open_transcript()
-                await wait_for_screen(pilot, app, OpenTranscriptScreen, 5)
-                assert isinstance(app.focused, Input)  # typing goes straight into the path field
-                await pilot.press(*str(path), "enter")
-                await pilot.pause(0.2)
-                # the malformed file is refused and replaces nothing; the good one opens
-                assert app.is_running and app.transcript_path == CHAT_JSON
-                assert len(app.transcript.entries) == n
+            before = app.transcript
+            # the malformed file is refused and replaces nothing
+            await _open_typed(app, pilot, bad)
+            await wait_until(
+                pilot, lambda: any(n.title == "Cannot open transcript" for n in app._notifications), 5, "the refusal"
+            )
+            assert app.is_running and app.transcript is before and app.transcript_path == SAMPLED_JSON
+            # the good one opens: its messages in the chat, its last reply's steps in the panel
+            await _open_typed(app, pilot, CHAT_JSON)
+            await wait_until(pilot, lambda: app.transcript_path == CHAT_JSON, 5, "the good file to open")
+            assert app.transcript == saved
+            shown = [(type(w), w.entry.content) for w in app.chat.query(MessageWidget)]
+            kinds = {"user": UserMessage, "assistant": AssistantMessage}
+            assert shown == [(kinds[e.role], e.content) for e in saved.entries]
+            assert app.query(AssistantMessage).last().text == saved.entries[3].content
+            assert app.panel.timeline.steps == saved.entries[3].steps
+            assert app.session_stats.n_steps == sum(e.finish.n_steps for e in saved.replies())
+            assert "replay chat.json" in str(app.query_one("#status").render())
 
     run(body())

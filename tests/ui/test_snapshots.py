@@ -65,8 +65,9 @@ def test_inspector_sampled_reply(snap_compare) -> None:
     """A T=0.8 reply: draft and target probability of the rejected token, the seed and how to reproduce it."""
 
     async def run_before(pilot) -> None:
-        await pilot.click(pilot.app.query("AssistantMessage").first())
-        await pilot.pause()
+        first = pilot.app.query("AssistantMessage").first()
+        await pilot.click(first)
+        await wait_until(pilot, lambda: first.has_class("-shown"), 10, "reply 1 in the panel")
         await _inspect_first_rejection(pilot)
 
     assert snap_compare(replay_app(SAMPLED_JSON), terminal_size=SIZE, run_before=run_before)
