@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from textual.color import Color
+from textual.command import CommandList, CommandPalette
 from textual.widgets import DataTable, Input
 from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
 
@@ -25,7 +26,7 @@ from skippy_tui.ui.screens import (
     SystemPromptScreen,
     TuneScreen,
 )
-from skippy_tui.ui.themes import UiState, load_themes
+from skippy_tui.ui.themes import UiState, builtin_theme_dir, load_theme_file, load_themes
 
 
 def replay_app(config: Config | None = None, path: Path = CHAT_JSON) -> SkippyApp:
@@ -308,6 +309,36 @@ def test_theme_choice_persists_and_config_wins_when_edited() -> None:
     run(first())
     run(second(ui_config(), "skippy-light"))
     run(second(ui_config(ui={"theme": "textual-light"}), "textual-light"))
+
+
+def test_ctrl_t_changes_the_theme_and_it_is_remembered() -> None:
+    light = Color.parse(load_theme_file(builtin_theme_dir() / "skippy-light.toml").background)
+
+    async def pick() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            assert app.theme == "skippy-dark" and app.screen.styles.background != light
+            await pilot.press("ctrl+t")
+            await wait_until(pilot, lambda: isinstance(app.screen, CommandPalette), 5, "the theme picker")
+            await pilot.press(*"skippy-light")
+            results = app.screen.query_one(CommandList)
+
+            def top() -> str:
+                return results.get_option_at_index(0).prompt.plain if results.option_count else ""
+
+            await wait_until(pilot, lambda: top() == "skippy-light" and results.highlighted == 0, 10, "the match")
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: not isinstance(app.screen, CommandPalette), 5, "the picker to close")
+            assert app.theme == "skippy-light" and app.screen.styles.background == light
+            await wait_until(pilot, lambda: UiState.load().theme == "skippy-light", 5, "the choice to be saved")
+
+    async def reopen() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        async with app.run_test(size=SIZE):
+            assert app.theme == "skippy-light"
+
+    run(pick())
+    run(reopen())
 
 
 def test_broken_user_theme_is_reported_once_and_skipped() -> None:
