@@ -444,3 +444,14 @@ def test_auto_source_output_equals_plain_whatever_it_chooses(pair, temperature):
     if temperature == 0.0:  # a greedy copy is exact: long n-gram proposals, beyond the model's n_draft_max
         assert max(len(s.proposed) for s in runs[0].steps if s.draft_source == "ngram") > 8
     assert_verified_in_batches(pair, runs, at_least=9)
+
+
+def test_a_draft_measured_slow_once_is_not_kept_slow():
+    """First-touch paging or a load spike made the draft's first samples 20x too slow: one
+    cheap probe is enough to speculate again, not five."""
+    policy = AdaptiveK(probe_every=4)
+    spike = feed(policy, 12, 8, verify=lambda b: 30.0 + 1.0 * (b - 1), draft_ms=600.0, accepted=lambda k: k)
+    assert spike[-3:] == [0, 0, 0]
+    calm = feed(policy, 12, 8, verify=lambda b: 30.0 + 1.0 * (b - 1), draft_ms=3.0, accepted=lambda k: k)
+    first = next(i for i, k in enumerate(calm) if k > 0)
+    assert first <= 4 and calm[first + 1 : first + 4] == [8, 8, 8], calm  # before: plain until 5 probes

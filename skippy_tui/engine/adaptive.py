@@ -337,7 +337,13 @@ class AdaptiveK:
         if k > 0:
             self._spec_steps += 1
             self._draft_slowdown = f
-            self.draft_call.add(draft_ms / max(1, min(k, n_proposed + 1)) / f)
+            sample = draft_ms / max(1, min(k, n_proposed + 1)) / f
+            if (est := self.draft_call.value) is not None and sample < 0.5 * est:
+                # the draft runs at under half its recorded cost: whatever slowed the earlier
+                # samples (a load spike, first-touch paging) is over, and a median of them would
+                # keep auto on plain steps for many probes; its sync is a draft decode too
+                self.draft_call, self.sync = Recent(), Recent()
+            self.draft_call.add(sample)
             if self._prev_k > 0:
                 self.sync.add(sync_ms / f)
             self.counts.decay(self.decay)

@@ -116,6 +116,9 @@ def load_speculator(spec: EngineSpec, progress: Progress = _noop) -> Speculator:
             d_ctx = Context(d_model, d_load)
             owned.append(d_ctx)
             drafter = ModelDrafter(d_model, d_ctx)
+        progress("warming up", 0.0)
+        for ctx in (o for o in owned if isinstance(o, Context)):
+            ctx.warm_up()
         template = template_for(t_model, t_info.chat_template, t_info.architecture, spec.target.chat_template)
         speculation = spec.speculation
         if drafter is None and speculation.enabled and speculation.source == "model":

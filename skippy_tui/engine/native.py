@@ -559,6 +559,23 @@ class Context:
         """Drop positions ``>= pos``. False when the memory cannot (recurrent/hybrid)."""
         return bool(_L.llama_memory_seq_rm(self.mem, 0, pos, -1))
 
+    def warm_up(self) -> None:
+        """Decode one token and forget it.
+
+        The first decode of a freshly mapped model pages its weights in and
+        allocates the backend's buffers (seconds, not milliseconds); done at
+        load, the first timed step of a reply costs what later ones do, and
+        ``auto`` does not mistake it for the model's speed.
+
+        Raises:
+            DecodeError: the decode failed.
+        """
+        token = self.model.bos if self.model.bos >= 0 else 0
+        try:
+            self.decode([token], 0, 1)
+        finally:
+            self.clear()
+
     def clear(self) -> None:
         """Empty the KV cache."""
         _L.llama_memory_clear(self.mem, True)
