@@ -222,3 +222,22 @@ def test_cli_run_with_ngram_and_no_draft(capsys):
     assert events[0]["n_draft"] == "auto"  # every pair, the embedded one too, defaults to auto
     assert events[-1]["type"] == "finish" and events[-1]["reason"] in ("eos", "max_tokens")
     assert 0 < events[-1]["n_tokens"] <= 16
+
+
+def test_ngram_sync_within_an_epoch_reads_only_new_tokens():
+    from test_sync import CountingTokens
+
+    d = NgramDrafter()
+    epoch = object()
+    context = CountingTokens(range(100, 3100))
+    assert d.sync(context, epoch).kind == "reset"
+    context += [1, 2]
+    CountingTokens.reads = 0
+    info = d.sync(context, epoch)
+    assert (info.kind, info.start, info.end) == ("extend", 3000, 3002)
+    assert CountingTokens.reads <= 4, CountingTokens.reads
+    # an edited context in a new epoch is compared in full and truncated
+    edited = [*context[:10], 7, 7, 7]
+    info = d.sync(edited, object())
+    assert (info.kind, info.start) == ("truncate", 10)
+    assert d.index.tokens == edited

@@ -105,3 +105,54 @@ def test_common_prefix_len() -> None:
     assert common_prefix_len([1, 2, 3], [1, 2, 4]) == 2
     assert common_prefix_len([], [1]) == 0
     assert common_prefix_len([1, 2], [1, 2, 3]) == 2
+
+
+class CountingTokens(list):
+    """A token list that counts element reads (indexing and slicing), to prove what a plan compares."""
+
+    reads = 0
+
+    def __getitem__(self, i):
+        out = super().__getitem__(i)
+        CountingTokens.reads += len(out) if isinstance(i, slice) else 1
+        return out
+
+
+def test_within_an_epoch_a_plan_compares_only_the_new_tokens():
+    """A reply's context only grows, so a step's sync must cost O(new tokens), not O(context)."""
+    context = CountingTokens(range(10_000, 14_000))
+    s = DraftSyncState()
+    epoch = object()
+    s.record_reset(context[:-1])
+    s.mark_synced(epoch)
+    for step in range(20):
+        context += [20_000 + step, 30_000 + step]  # a step commits two tokens
+        CountingTokens.reads = 0
+        plan = s.plan(context, epoch)
+        assert plan == Extend(from_=len(context) - 3, to=len(context) - 1)
+        assert CountingTokens.reads <= 8, CountingTokens.reads
+        s.record_extend(context[plan.from_ : plan.to])
+        s.mark_synced(epoch)
+    # a proposal the target rejected: still only the tail is compared, and the plan is right
+    s.record_extend([7, 8, 9])
+    context.append(5)
+    CountingTokens.reads = 0
+    assert s.plan(context, epoch) == Truncate(keep=len(context) - 2, to=len(context) - 1)
+    assert CountingTokens.reads <= 8
+    # without the epoch (or in another one) everything is compared again
+    CountingTokens.reads = 0
+    s.plan(context)
+    assert CountingTokens.reads >= 4000
+    assert s.plan(context, object()) == Truncate(keep=len(context) - 2, to=len(context) - 1)
+
+
+def test_an_epoch_does_not_trust_what_was_truncated_or_reset():
+    epoch = object()
+    s = state([1, 2, 3, 4])
+    s.mark_synced(epoch)
+    s.record_truncate(2)
+    s.record_extend([9, 9])
+    # positions 2, 3 changed after the mark: they must be compared, not trusted
+    assert s.plan([1, 2, 3, 4, 5], epoch) == Truncate(keep=2, to=4)
+    s.record_reset([7])
+    assert s.plan([1, 2, 3], epoch) == Reset(to=2)

@@ -50,8 +50,12 @@ class Drafter(Protocol):
         """How many tokens could be proposed after ``context`` (context window)."""
         ...
 
-    def sync(self, context: Sequence[int]) -> SyncInfo:
-        """Prepare to propose after ``context`` (the draft cache holds ``context[:-1]``)."""
+    def sync(self, context: Sequence[int], epoch: object | None = None) -> SyncInfo:
+        """Prepare to propose after ``context`` (the draft cache holds ``context[:-1]``).
+
+        ``epoch``: one object per reply, within which ``context`` only grows at its
+        end (see :meth:`~skippy_tui.engine.sync.DraftSyncState.plan`).
+        """
         ...
 
     def propose(self, context: Sequence[int], k: int, p_min: float, rule: DraftRule | None = None) -> Proposal:
@@ -76,8 +80,8 @@ class ModelDrafter:
         # proposing k tokens decodes context[-1] and k-1 proposals after context[:-1]
         return self.cache.ctx.n_ctx - len(context) + 1
 
-    def sync(self, context: Sequence[int]) -> SyncInfo:
-        return self.cache.sync(context)
+    def sync(self, context: Sequence[int], epoch: object | None = None) -> SyncInfo:
+        return self.cache.sync(context, epoch=epoch)
 
     def propose(self, context: Sequence[int], k: int, p_min: float, rule: DraftRule | None = None) -> Proposal:
         """Up to ``k`` tokens after ``context``, each picked by ``rule`` (default: greedy,

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from .events import SyncInfo
 from .native import Context
-from .sync import AlreadySynced, DraftSyncState, Extend, Reset, Truncate, prefix_target
+from .sync import AlreadySynced, DraftSyncState, Extend, Reset, Truncate
 
 
 class KvCache:
@@ -27,26 +27,35 @@ class KvCache:
         """Tokens the cache holds."""
         return len(self.state)
 
-    def sync(self, context: Sequence[int], cancelled: Callable[[], bool] | None = None) -> SyncInfo:
+    def sync(
+        self, context: Sequence[int], cancelled: Callable[[], bool] | None = None, epoch: object | None = None
+    ) -> SyncInfo:
         """Bring the cache to ``context[:-1]``; return what was done.
+
+        ``epoch``: see :meth:`DraftSyncState.plan` (within one reply the context
+        only grows, so only the new tokens are compared).
 
         Raises:
             ContextFullError, DecodeError: from the prefill; the bookkeeping then
                 matches what the cache still holds.
         """
-        plan = self.state.plan(context)
-        target = prefix_target(context)
+        info = self._sync(context, cancelled, epoch)
+        self.state.mark_synced(epoch)
+        return info
+
+    def _sync(self, context: Sequence[int], cancelled: Callable[[], bool] | None, epoch: object | None) -> SyncInfo:
+        plan = self.state.plan(context, epoch)
         if isinstance(plan, AlreadySynced):
             return SyncInfo("synced")
         if isinstance(plan, Extend):
-            self._extend(target, plan.from_, plan.to, cancelled)
+            self._extend(context, plan.from_, plan.to, cancelled)
             return SyncInfo("extend", plan.from_, plan.to)
         if isinstance(plan, Truncate) and self._truncate(plan.keep):
-            self._extend(target, plan.keep, plan.to, cancelled)
+            self._extend(context, plan.keep, plan.to, cancelled)
             return SyncInfo("truncate", plan.keep, plan.to)
-        stop = plan.to if isinstance(plan, (Reset, Truncate)) else len(target)
+        stop = plan.to if isinstance(plan, (Reset, Truncate)) else max(len(context) - 1, 0)
         self.reset()
-        self._extend(target, 0, stop, cancelled)
+        self._extend(context, 0, stop, cancelled)
         return SyncInfo("reset", 0, stop)
 
     def reset(self) -> None:
@@ -65,8 +74,9 @@ class KvCache:
         self.state.record_truncate(keep)
         return True
 
-    def _extend(self, target: Sequence[int], start: int, stop: int, cancelled: Callable[[], bool] | None) -> None:
+    def _extend(self, context: Sequence[int], start: int, stop: int, cancelled: Callable[[], bool] | None) -> None:
+        # stop <= len(context) - 1: the plan never reaches the context's last token
         if stop > start:
-            delta = list(target[start:stop])
+            delta = list(context[start:stop])
             self.ctx.prefill(delta, start, cancelled)
             self.state.record_extend(delta)

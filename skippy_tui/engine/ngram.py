@@ -99,15 +99,26 @@ class NgramDrafter:
 
     def __init__(self, n_max: int = NGRAM_MAX, n_min: int = NGRAM_MIN) -> None:
         self.index = NgramIndex(n_max, n_min)
+        self._epoch: object | None = None  # the index equalled the context synced in this epoch
 
     def room(self, context: Sequence[int]) -> int:
         return UNLIMITED_ROOM
 
-    def sync(self, context: Sequence[int]) -> SyncInfo:
-        """Index ``context`` (all of it: the last token is a continuation too)."""
+    def sync(self, context: Sequence[int], epoch: object | None = None) -> SyncInfo:
+        """Index ``context`` (all of it: the last token is a continuation too).
+
+        ``epoch``: as for a KV cache: within one epoch the context only grows, so
+        a sync compares nothing and indexes only the new tokens.
+        """
+        info = self._sync(context, epoch)
+        self._epoch = epoch
+        return info
+
+    def _sync(self, context: Sequence[int], epoch: object | None) -> SyncInfo:
         toks = self.index.tokens
         n = len(toks)
-        if n <= len(context) and list(context[:n]) == toks:
+        trusted = epoch is not None and epoch is self._epoch
+        if n <= len(context) and (trusted or list(context[:n]) == toks):
             if n == len(context):
                 return SyncInfo("synced")
             if n == 0:  # as a KV cache reports a first fill
@@ -134,6 +145,7 @@ class NgramDrafter:
 
     def reset(self) -> None:
         self.index.truncate(0)
+        self._epoch = None
 
 
 class CombinedDrafter:
@@ -145,6 +157,7 @@ class CombinedDrafter:
         self.ngram = ngram
         self.model = model
         self._route = "model"
+        self._epoch: object | None = None  # the epoch of the last sync (for a late model sync)
 
     @property
     def cache(self):  # the model's KV cache, for close()/abort()
@@ -153,21 +166,23 @@ class CombinedDrafter:
     def room(self, context: Sequence[int]) -> int:
         return self.model.room(context)
 
-    def sync(self, context: Sequence[int]) -> SyncInfo:
+    def sync(self, context: Sequence[int], epoch: object | None = None) -> SyncInfo:
         """Sync the index; sync the model too only when the index has no match."""
-        info = self.ngram.sync(context)
+        info = self.ngram.sync(context, epoch)
         if self.ngram.has_match(context):
             self._route = "ngram"
+            self._epoch = epoch
             return info
         self._route = "model"
-        return self.model.sync(context)
+        self._epoch = epoch
+        return self.model.sync(context, epoch)
 
     def propose(self, context: Sequence[int], k: int, p_min: float, rule: DraftRule | None = None) -> Proposal:
         if self._route == "ngram":
             proposal = self.ngram.propose(context, k, p_min)
             if proposal.tokens:
                 return proposal
-            self.model.sync(context)
+            self.model.sync(context, self._epoch)
         return self.model.propose(context, k, p_min, rule)
 
     def reset(self) -> None:
@@ -191,6 +206,8 @@ class AutoDrafter(CombinedDrafter):
         self.ngram = ngram
         self.model = model  # type: ignore[assignment]
         self.route: str | None = None  # None: as ngram+model
+        self._route = "model"
+        self._epoch: object | None = None
 
     @property
     def cache(self):  # the model's KV cache, for close()/abort()
@@ -199,32 +216,33 @@ class AutoDrafter(CombinedDrafter):
     def room(self, context: Sequence[int]) -> int:
         return self.model.room(context) if self.model is not None else UNLIMITED_ROOM
 
-    def available(self, context: Sequence[int], k: int) -> list[int]:
+    def available(self, context: Sequence[int], k: int, epoch: object | None = None) -> list[int]:
         """What the n-gram match would propose after ``context`` (up to ``k`` tokens;
         empty without a match); indexes the context first."""
-        self.ngram.sync(context)
+        self.ngram.sync(context, epoch)
         return self.ngram.index.continuation(context, k)
 
-    def prefill(self, context: Sequence[int]) -> SyncInfo:
+    def prefill(self, context: Sequence[int], epoch: object | None = None) -> SyncInfo:
         """Before a reply: index the prompt and fill the model with it, ready for either route."""
-        info = self.ngram.sync(context)
-        return self.model.sync(context) if self.model is not None else info
+        info = self.ngram.sync(context, epoch)
+        return self.model.sync(context, epoch) if self.model is not None else info
 
-    def sync(self, context: Sequence[int]) -> SyncInfo:
+    def sync(self, context: Sequence[int], epoch: object | None = None) -> SyncInfo:
+        self._epoch = epoch
         if self.route == "ngram" or self.model is None:
             self._route = "ngram"
-            return self.ngram.sync(context)
+            return self.ngram.sync(context, epoch)
         if self.route == "model":
             self._route = "model"
-            return self.model.sync(context)
-        return super().sync(context)
+            return self.model.sync(context, epoch)
+        return super().sync(context, epoch)
 
     def propose(self, context: Sequence[int], k: int, p_min: float, rule: DraftRule | None = None) -> Proposal:
         if self._route == "ngram":
             proposal = self.ngram.propose(context, k, p_min)
             if proposal.tokens or self.model is None or self.route == "ngram":
                 return proposal
-            self.model.sync(context)
+            self.model.sync(context, self._epoch)
         return self.model.propose(context, k, p_min, rule)  # type: ignore[union-attr]
 
     def reset(self) -> None:

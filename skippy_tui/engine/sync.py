@@ -20,6 +20,11 @@ sequence): it falls back to ``Reset`` and records that.
 
 Bookkeeping is recorded only after the matching decode succeeded, so a failed
 decode never leaves the state claiming a token the KV cache does not hold.
+
+Cost: a plan compares the cached tokens with the context, O(context). Within a
+reply the context only grows, so the engine passes an *epoch* (one object per
+reply): a state synced earlier in the same epoch trusts the prefix it verified
+then and compares only what came after it, O(new tokens) per step.
 """
 
 from __future__ import annotations
@@ -72,10 +77,11 @@ def prefix_target(context: Sequence[int]) -> Sequence[int]:
     return context[: max(len(context) - 1, 0)]
 
 
-def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token sequences."""
+def common_prefix_len(a: Sequence[int], b: Sequence[int], start: int = 0) -> int:
+    """Length of the longest common prefix of two token sequences, given that the
+    first ``start`` tokens are known to be equal (they are not compared)."""
     n = min(len(a), len(b))
-    i = 0
+    i = min(start, n)
     while i < n and a[i] == b[i]:
         i += 1
     return i
@@ -88,10 +94,13 @@ class DraftSyncState:
     target cache too (the same rules decide what a new chat turn reuses).
     """
 
-    __slots__ = ("_tokens",)
+    __slots__ = ("_epoch", "_tokens", "_verified")
 
     def __init__(self, tokens: Sequence[int] = ()) -> None:
         self._tokens: list[int] = list(tokens)
+        # the first _verified tokens equalled the context synced in _epoch
+        self._epoch: object | None = None
+        self._verified = 0
 
     @property
     def tokens(self) -> tuple[int, ...]:
@@ -101,20 +110,27 @@ class DraftSyncState:
     def __len__(self) -> int:
         return len(self._tokens)
 
-    def plan(self, context: Sequence[int]) -> SyncPlan:
-        """What syncing to ``context`` takes (the cache must hold ``context[:-1]``)."""
-        target = prefix_target(context)
+    def plan(self, context: Sequence[int], epoch: object | None = None) -> SyncPlan:
+        """What syncing to ``context`` takes (the cache must hold ``context[:-1]``).
+
+        ``epoch``: the caller's promise that, since :meth:`mark_synced` was last
+        called with the same epoch, ``context`` has only grown at its end; the
+        prefix verified then is not compared again (O(new tokens), not O(context)).
+        """
+        want = max(len(context) - 1, 0)
         n = len(self._tokens)
         if n == 0:
-            return Reset(to=len(target))
-        shared = common_prefix_len(self._tokens, target)
+            return Reset(to=want)
+        trusted = self._verified if epoch is not None and epoch is self._epoch else 0
+        shared = common_prefix_len(self._tokens, context, min(trusted, want))
+        shared = min(shared, want)
         if shared == n:
-            if n == len(target):
+            if n == want:
                 return AlreadySynced()
-            return Extend(from_=n, to=len(target))
+            return Extend(from_=n, to=want)
         if shared == 0:
-            return Reset(to=len(target))
-        return Truncate(keep=shared, to=len(target))
+            return Reset(to=want)
+        return Truncate(keep=shared, to=want)
 
     def reference_plan(self, context: Sequence[int]) -> SyncPlan:
         """The plan the reference draft runner would make (no ``Truncate``)."""
@@ -122,6 +138,11 @@ class DraftSyncState:
         if isinstance(plan, Truncate):
             return Reset(to=plan.to)
         return plan
+
+    def mark_synced(self, epoch: object | None) -> None:
+        """The synced tokens now equal the context's prefix (a sync just completed);
+        a later :meth:`plan` in the same ``epoch`` need not compare them again."""
+        self._epoch, self._verified = epoch, len(self._tokens)
 
     # -- bookkeeping, each called only after the matching decode succeeded --
 
@@ -132,10 +153,12 @@ class DraftSyncState:
     def record_truncate(self, keep: int) -> None:
         """Positions ``>= keep`` were removed from the cache."""
         del self._tokens[keep:]
+        self._verified = min(self._verified, keep)
 
     def record_reset(self, prefix: Sequence[int]) -> None:
         """The cache was cleared and ``prefix`` prefilled."""
         self._tokens = list(prefix)
+        self._verified = 0
 
     def record_proposal_step(self, current: int) -> None:
         """A proposal step decoded ``current``; the cache now holds it."""
