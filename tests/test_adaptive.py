@@ -159,6 +159,60 @@ def test_chooser_speculates_when_it_pays():
     assert chosen[-8:].count(0) <= 1
 
 
+def _feed_with_rollback(policy: AdaptiveK, steps: int, rollback_ms: float, accepted) -> list[int]:
+    """Steps whose whole time is measured: 10 ms verify (+0.5 per row), a 0.2 ms draft token,
+    1 ms of overhead per step, and ``rollback_ms`` more in a step that rejects."""
+    chosen = []
+    for _ in range(steps):
+        k, _why = policy.choose(8)
+        n_acc = accepted(k)
+        verify, draft = 10.0 + 0.5 * k, 0.2 * k
+        rollback = rollback_ms if n_acc < k else 0.0
+        policy.observe(
+            k=k, n_proposed=k, n_accepted=n_acc, sync_ms=0.2 if k else 0.0, draft_ms=draft, verify_ms=verify,
+            step_ms=(0.2 if k else 0.0) + draft + verify + 1.0 + rollback, rollback_ms=rollback,
+        )  # fmt: skip
+        chosen.append(k)
+    return chosen
+
+
+def test_a_costly_rollback_is_charged_to_rejecting_steps_and_auto_goes_plain():
+    """Every other proposal has its first token accepted, the rest are rejected at once.
+    Speculating would pay (1.5 tokens per ~12 ms step against 1 per 11 ms), but each
+    rejection costs 50 ms of KV-cache removal: auto must choose plain decoding — and
+    plain steps, which never roll back, must not be charged for it."""
+    flip = itertools.cycle([0, 1])
+    policy = AdaptiveK()
+    chosen = _feed_with_rollback(policy, 60, 50.0, accepted=lambda k: min(k, next(flip)))
+    k, why = policy.choose(8)
+    assert k == 0, why
+    assert chosen[-16:].count(0) >= 14, chosen
+    costs = policy.costs(8)
+    assert costs is not None
+    assert costs.overhead == pytest.approx(1.0, abs=0.05)  # not 1 ms + the rollbacks
+    assert costs.rollback == pytest.approx(50.0, rel=0.05)
+    # the same steps with a cheap rollback: speculation pays, so the 50 ms is what decided
+    cheap = AdaptiveK()
+    _feed_with_rollback(cheap, 60, 0.1, accepted=lambda k: min(k, next(flip)))
+    assert cheap.choose(8)[0] >= 1
+
+
+def test_rollback_cost_follows_the_rejection_probability():
+    costs = Costs(verify=[10.0] * 5, draft_per_call=0.0, rollback=40.0)
+    # k=1 at acceptance 0.75: a rejection in a quarter of the steps
+    assert expected_step_ms(1, costs, None, [0.75]) == pytest.approx(10.0 + 40.0 * 0.25)
+    # k=2 at 0.5, 0.5: P(reject) = 0.5 + 0.5 * 0.5
+    assert expected_step_ms(2, costs, None, [0.5, 0.5]) == pytest.approx(10.0 + 40.0 * 0.75)
+    rates = expected_rates(2, [0.5, 0.5], costs)
+    assert rates[2] == pytest.approx(1000.0 * 1.75 / (10.0 + 40.0 * 0.75))
+    assert expected_step_ms(0, costs) == pytest.approx(10.0)  # plain decoding never rolls back
+    be = break_even_acceptance(2, costs)
+    assert be is not None
+    assert 1000 * expected_tokens(2, [be] * 2) / expected_step_ms(2, costs, None, [be] * 2) == pytest.approx(
+        100.0, rel=1e-6
+    )
+
+
 def test_chooser_finds_the_acceptance_cliff():
     policy = AdaptiveK()
     feed(policy, 80, 8, verify=lambda b: 30.0 + 1.0 * (b - 1), draft_ms=3.0, accepted=lambda k: min(k, 3))

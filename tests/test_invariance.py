@@ -128,3 +128,44 @@ def test_a_llamafile_build_loads_verifying_row_by_row_and_stays_exact(
         assert Run(spec.run(prompt, gen)).finish.token_ids == ids
     finally:
         spec.close()
+
+
+def test_plain_decoding_loads_without_the_probe_and_the_first_speculative_reply_runs_it(
+    smollm2_f32: Path, cache_dir: Path, monkeypatch
+) -> None:
+    """--no-draft skips the exactness probe (nothing speculates); switching an n-gram source
+    on later probes before that reply, and the reply still equals plain decoding."""
+    from helpers import Run, assert_verified_in_batches, load, user
+
+    import skippy_tui.engine.invariance as inv_mod
+    from skippy_tui.engine.sampling import SamplingParams
+    from skippy_tui.engine.settings import GenerationSettings
+
+    calls: list[int] = []
+    real = inv_mod.cached_probe
+
+    def counting(*a, **kw):
+        calls.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(inv_mod, "cached_probe", counting)
+    import skippy_tui.engine.loader as loader_mod
+
+    monkeypatch.setattr(loader_mod, "cached_probe", counting)
+    gen = GenerationSettings(SamplingParams(temperature=0.0), max_tokens=40)
+    prompt = user("Repeat exactly: the cat sat on the mat, the cat sat on the mat, the cat sat on the mat.")
+    spec = load(smollm2_f32, None, cache_dir, n_draft=4)
+    try:
+        assert not spec.speculation.enabled
+        assert calls == [] and spec.invariance is None and spec.exactness_probe is not None
+        plain = Run(spec.run(prompt, gen))
+        assert calls == []  # a plain reply needs no probe
+        spec.update(enabled=True, source="ngram")
+        spec_run = Run(spec.run(prompt, gen))
+        assert calls == [1] and spec.invariance is not None and spec.exactness_probe is None
+        assert spec_run.finish.token_ids == plain.finish.token_ids
+        assert_verified_in_batches(spec, [spec_run])
+        Run(spec.run(prompt, gen))
+        assert calls == [1]  # once
+    finally:
+        spec.close()

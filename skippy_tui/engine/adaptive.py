@@ -8,9 +8,13 @@ Cost model, per step with ``k`` proposed tokens (all times in ms, medians of
 the most recent measurements)::
 
     T(0) = o + V(1)
-    T(k) = o + s + c_d * D(k) + V(1 + M(k))          k >= 1
+    T(k) = o + s + c_d * D(k) + V(1 + M(k)) + r * R(k)          k >= 1
 
 * ``o``: per-step overhead outside sync/draft/verify (commit loop, events);
+* ``r``: what a rejection adds to its step (removing the rejected positions
+  from the target's KV cache, the panel's top-k lists), charged through
+  ``R(k)``, the probability that a step proposing up to ``k`` tokens has one
+  rejected — not to plain steps, which never roll back;
 * ``s``: the draft sync of a step that follows a speculative step (usually a
   one-token extend; catch-up prefills after plain steps are not counted);
 * ``c_d``: draft cost per draft call (a draft model's decode; ~0 for n-gram);
@@ -148,6 +152,7 @@ class Costs:
     draft_per_call: float
     sync: float = 0.0
     overhead: float = 0.0
+    rollback: float = 0.0
 
     def verify_at(self, batch: float) -> float:
         """``V`` at a fractional batch size (linear between integer sizes)."""
@@ -166,16 +171,33 @@ def expected_tokens(k: int, accept: Sequence[float], offer: Sequence[float] | No
     return total
 
 
-def expected_step_ms(k: int, costs: Costs, offer: Sequence[float] | None = None) -> float:
-    """``T(k)``: expected ms of a step proposing up to ``k`` tokens."""
+def expected_step_ms(
+    k: int, costs: Costs, offer: Sequence[float] | None = None, accept: Sequence[float] | None = None
+) -> float:
+    """``T(k)``: expected ms of a step proposing up to ``k`` tokens.
+
+    ``accept`` (``a_1..a_k``) is needed only to charge ``costs.rollback``; without
+    it no step is assumed to reject.
+    """
     if k <= 0:
         return costs.overhead + costs.verify_at(1)
     calls, offered, p = 0.0, 0.0, 1.0  # p = P(m >= i)
+    reach, rejects = 1.0, 0.0  # P(offered and accepted so far), R(k)
     for i in range(k):
         calls += p  # call i+1 happens when the draft offered i tokens so far
-        p *= offer[i] if offer is not None else 1.0
+        q = offer[i] if offer is not None else 1.0
+        p *= q
         offered += p
-    return costs.overhead + costs.sync + costs.draft_per_call * calls + costs.verify_at(1 + offered)
+        if accept is not None:
+            rejects += reach * q * (1.0 - accept[i])
+            reach *= q * accept[i]
+    return (
+        costs.overhead
+        + costs.sync
+        + costs.draft_per_call * calls
+        + costs.verify_at(1 + offered)
+        + costs.rollback * rejects
+    )
 
 
 def expected_rates(
@@ -189,15 +211,18 @@ def expected_rates(
     rates = [1000.0 / expected_step_ms(0, costs)]
     tokens, reach = 1.0, 1.0  # E(k); P(first i proposed tokens offered and accepted)
     calls, offered, p = 0.0, 0.0, 1.0  # D(k), M(k), P(m >= i)
+    rejects = 0.0  # R(k): P(a step proposing up to k tokens rejects one)
     fixed = costs.overhead + costs.sync
     for i in range(k_max):
         q = offer[i] if offer is not None else 1.0
+        rejects += reach * q * (1.0 - accept[i])
         reach *= q * accept[i]
         tokens += reach
         calls += p
         p *= q
         offered += p
-        rates.append(1000.0 * tokens / (fixed + costs.draft_per_call * calls + costs.verify_at(1 + offered)))
+        step = fixed + costs.draft_per_call * calls + costs.verify_at(1 + offered) + costs.rollback * rejects
+        rates.append(1000.0 * tokens / step)
     return rates
 
 
@@ -214,15 +239,19 @@ def break_even_acceptance(k: int, costs: Costs) -> float | None:
     """
     if k <= 0:
         return None
-    need = expected_step_ms(k, costs) / expected_step_ms(0, costs)
-    if expected_tokens(k, [1.0] * k) < need:
+    plain = expected_step_ms(0, costs)
+
+    def gain(a: float) -> float:  # speculative rate over plain at acceptance a (rollbacks depend on a)
+        return expected_tokens(k, [a] * k) * plain / expected_step_ms(k, costs, None, [a] * k)
+
+    if gain(1.0) < 1.0:
         return None
-    if need <= 1.0:
+    if gain(0.0) >= 1.0:
         return 0.0
     lo, hi = 0.0, 1.0
     for _ in range(50):
         mid = (lo + hi) / 2
-        if expected_tokens(k, [mid] * k) < need:
+        if gain(mid) < 1.0:
             lo = mid
         else:
             hi = mid
@@ -295,6 +324,7 @@ class AdaptiveK:
         self.draft_call = Recent()
         self.sync = Recent()
         self.overhead = Recent()
+        self.rollback = Recent()
         self.counts = _Counts()
         self._interval = probe_every
         self._since_probe = 0
@@ -323,9 +353,14 @@ class AdaptiveK:
         draft_ms: float = 0.0,
         verify_ms: float = 0.0,
         step_ms: float | None = None,
+        rollback_ms: float = 0.0,
         **_: object,
     ) -> None:
-        """Record one finished step (``k`` asked for, ``n_proposed`` offered, ``n_accepted`` kept)."""
+        """Record one finished step (``k`` asked for, ``n_proposed`` offered, ``n_accepted`` kept).
+
+        Times in ms; ``step_ms`` is the whole step, ``rollback_ms`` the part of it a
+        rejection added (0 for a step that rejected nothing).
+        """
         batch = n_proposed + 1
         expected = self.verify.at(batch)
         if expected:
@@ -333,7 +368,9 @@ class AdaptiveK:
         f = self.slowdown
         self.verify.add(batch, verify_ms / f)
         if step_ms is not None:
-            self.overhead.add(max(step_ms - sync_ms - draft_ms - verify_ms, 0.0) / f)
+            self.overhead.add(max(step_ms - sync_ms - draft_ms - verify_ms - rollback_ms, 0.0) / f)
+        if n_accepted < n_proposed:
+            self.rollback.add(rollback_ms / f)
         if k > 0:
             self._spec_steps += 1
             self._draft_slowdown = f
@@ -392,8 +429,9 @@ class AdaptiveK:
         f = self.slowdown
         s = self.sync.value if self.sync.value is not None else d
         o = self.overhead.value or 0.0
+        r = self.rollback.value or 0.0
         verify = [(self.verify.at(b) or 0.0) * f for b in range(1, k_max + 2)]
-        return Costs(verify, d * f, s * f, o * f)
+        return Costs(verify, d * f, s * f, o * f, r * f)
 
     def rates(self, k_max: int) -> list[float] | None:
         """Expected tokens/s for k = 0..k_max, or None before warm-up data exists."""

@@ -129,16 +129,17 @@ def load_speculator(spec: EngineSpec, progress: Progress = _noop) -> Speculator:
         raise
     speculator = Speculator(t_model, t_ctx, template, drafter, speculation, t_info, d_info)
     if spec.speculation.exact:
-        progress("measuring batch invariance", 0.0)
-        try:
-            speculator.invariance = cached_probe(
-                t_ctx, probe_rows(spec.speculation.k_limit), spec.target.load, spec.cache_dir
-            )
-        except BaseException:
-            speculator.close()
-            raise
-        speculator.verify_rows = speculator.invariance.chunk
-        speculator.seed_verify_costs(speculator.invariance.timings_ms)
+        rows, load, cache = probe_rows(spec.speculation.k_limit), spec.target.load, spec.cache_dir
+        speculator.exactness_probe = lambda: cached_probe(t_ctx, rows, load, cache)
+        if speculation.enabled:
+            progress("measuring batch invariance", 0.0)
+            try:
+                speculator.ensure_exact()
+            except BaseException:
+                speculator.close()
+                raise
+        # else (plain decoding, e.g. --no-draft): nothing will speculate, so the probe
+        # waits until something does (a source chosen in the app), if ever
     progress("ready", 1.0)
     return speculator
 

@@ -26,7 +26,7 @@ import dataclasses
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -100,6 +100,10 @@ class Speculator:
         self._mode = "greedy"
         self._install_policy()
         self._turn = 0
+        # one object per reply: within it the context only grows, so syncs compare only new tokens
+        self._epoch: object | None = None
+        # measures batch invariance (exact = true) when speculation is first used; None once done
+        self.exactness_probe: Callable[[], Invariance] | None = None
 
     # -- settings that apply from the next step -------------------------------------
 
@@ -167,6 +171,25 @@ class Speculator:
         self._seed_timings = dict(timings_ms)
         for batch, ms in timings_ms.items():
             self._verify_costs.add(batch, ms)
+
+    def ensure_exact(self) -> None:
+        """Run :attr:`exactness_probe` if speculation is on and it has not run yet, and
+        verify in the chunks it certifies (see :mod:`invariance`).
+
+        The probe decodes on the target's context, so its KV cache is emptied first
+        (the next reply prefills the conversation again).
+
+        Raises:
+            DecodeError, ContextFullError: from the probe; it stays pending.
+        """
+        if self.exactness_probe is None or not self.speculation.enabled or self.drafter is None:
+            return
+        self.target_cache.reset()
+        inv = self.exactness_probe()
+        self.exactness_probe = None
+        self.invariance = inv
+        self.verify_rows = inv.chunk
+        self.seed_verify_costs(inv.timings_ms)
 
     def verdict(self) -> float | None:
         """Estimated tokens/s of the current settings over plain decoding's (e.g. 1.3).
@@ -252,7 +275,9 @@ class Speculator:
         self._turn += 1
         self._set_abort(False)
         context = list(prompt)
+        self._epoch = epoch = object()
         try:
+            self.ensure_exact()
             validate_prompt_len(len(context))
             if not context:
                 raise SkippyError("empty prompt: nothing to decode from")
@@ -262,13 +287,13 @@ class Speculator:
                     "raise n_ctx or start a new chat"
                 )
             t0 = time.perf_counter()
-            target_sync = self.target_cache.sync(context, cancelled)
+            target_sync = self.target_cache.sync(context, cancelled, epoch)
             t1 = time.perf_counter()
             draft_sync = NO_SYNC
             if self.speculation.enabled and self.drafter is not None and self.drafter.room(context) > 0:
                 # fill the draft with the prompt now, so prefill never counts as decoding time
                 d = self.drafter
-                draft_sync = d.prefill(context) if isinstance(d, AutoDrafter) else d.sync(context)
+                draft_sync = d.prefill(context, epoch) if isinstance(d, AutoDrafter) else d.sync(context, epoch)
             t2 = time.perf_counter()
             prefill_ms, draft_prefill_ms = (t1 - t0) * 1000, (t2 - t1) * 1000
         except ContextFullError as e:
@@ -370,15 +395,20 @@ class Speculator:
             # tokens looked at: the used ones and an EOS; a reply that ended inside the
             # accepted drafts never reached the target's own token
             reached = n_used + (reason == "eos") > n_acc
+            t_commit = time.perf_counter()
             try:
                 # drop rejected (and post-stop) positions now: the cache holds only committed tokens
-                self.target_cache.sync(context)
+                self.target_cache.sync(context, epoch=self._epoch)
             except SkippyError as e:
                 reason, error = "error", str(e)
             text += [s for s, _ in delta]
             event = self._step_event(step, n_past, block, reached, delta, changed)
             # the step's time includes building its event (the panel's top-k lists)
-            step_ms = (time.perf_counter() - t_step) * 1000
+            t_end = time.perf_counter()
+            step_ms = (t_end - t_step) * 1000
+            # a rejection costs the target's KV removal and the panel's top-k lists: charged to
+            # the steps that reject (auto's cost model), not smeared over plain steps
+            rollback_ms = (t_end - t_commit) * 1000 if n_acc < len(proposal.tokens) else 0.0
             stats.add_step(
                 len(proposal.tokens), n_acc, n_used,
                 step_ms=step_ms, sync_ms=block.sync_ms, draft_ms=block.draft_ms, verify_ms=block.verify_ms,
@@ -391,6 +421,7 @@ class Speculator:
                 self._step_policy.observe(
                     k=block.k, n_proposed=len(proposal.tokens), n_accepted=n_acc,
                     sync_ms=block.sync_ms, draft_ms=block.draft_ms, verify_ms=block.verify_ms, step_ms=step_ms,
+                    rollback_ms=rollback_ms,
                 )  # fmt: skip
             yield event
             step += 1
@@ -435,7 +466,7 @@ class Speculator:
         sync_info, proposal, sync_ms, draft_ms = NO_SYNC, Proposal(), 0.0, 0.0
         if k > 0:
             t = time.perf_counter()
-            sync_info = self.drafter.sync(context)  # type: ignore[union-attr]
+            sync_info = self.drafter.sync(context, self._epoch)  # type: ignore[union-attr]
             t2 = time.perf_counter()
             rule = sampler.draft_rule(len(context), window)
             proposal = self.drafter.propose(context, k, self.speculation.p_min, rule)  # type: ignore[union-attr]
@@ -472,7 +503,7 @@ class Speculator:
         k_max = min(k_max, self.drafter.room(context))
         if isinstance(self.k_policy, SourceChooser):
             drafter: AutoDrafter = self.drafter  # type: ignore[assignment]
-            self._ngram_offer = drafter.available(context, k_ngram) if k_ngram > 0 else []
+            self._ngram_offer = drafter.available(context, k_ngram, self._epoch) if k_ngram > 0 else []
             k_model = max(k_max, 0) if drafter.model is not None else 0
             source, k, why = self.k_policy.choose(k_model, len(self._ngram_offer))
             drafter.route = source
