@@ -1240,6 +1240,11 @@ def add_bench_parser(sub: Any, add_model_flags: Callable[..., None]) -> argparse
         "--identity", action="store_true", default=False,
         help="same-seed identity grid instead: prompts x k x source x penalties off/on (T=0.8, 48 tokens by default)",
     )  # fmt: skip
+    b.add_argument(
+        "--profiles", action="store_true", default=False,
+        help="the exact and fast profiles side by side instead: tokens/s plain and speculative, "
+        "replies differing from plain and the target's top-2 logit margin there",
+    )  # fmt: skip
     b.add_argument("--json", action="store_true", default=False, help="print the report as JSON on stdout")
     b.add_argument("--save", type=Path, default=None, metavar="FILE", help="also write the JSON report to FILE")
     b.add_argument("--no-progress", action="store_true", default=False, help="no progress bar on stderr")
@@ -1257,7 +1262,6 @@ DEFAULT_BENCH_TOKENS = 128
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from .cli import _stderr_progress, config_from_args
-    from .engine.jsoncache import atomic_write_text
     from .engine.loader import load_speculator
 
     if args.repeats < 1:
@@ -1288,6 +1292,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     base_seed = gen.sampling.seed if gen.sampling.seed is not None else draw_seed()
     pool = SUITE + EXTRA if args.identity or args.prompts else SUITE
     prompts = [p for p in pool if args.prompts is None or p.name in args.prompts or p.kind in args.prompts]
+    if getattr(args, "profiles", False):
+        from .bench_profiles import cmd_profiles, render_profiles
+
+        report = cmd_profiles(args, cfg, gen, prompts, base_seed)
+        return _emit(args, report, render_profiles(report))
     speculator = load_speculator(spec, _stderr_progress() if not args.no_progress else (lambda s, f: None))
     try:
         system = cfg.get("generation", "system_prompt") or ""
@@ -1313,7 +1322,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         }
     finally:
         speculator.close()
-    text = render_identity(report) if args.identity else render_text(report)
+    return _emit(args, report, render_identity(report) if args.identity else render_text(report))
+
+
+def _emit(args: argparse.Namespace, report: dict[str, Any], text: str) -> int:
+    """Print the report (text, or JSON with ``--json``) and write ``--save``; the exit status."""
+    from .engine.jsoncache import atomic_write_text
+
     sys.stdout.write((json.dumps(report, indent=2) if args.json else text) + "\n")
     if args.save is not None:
         try:

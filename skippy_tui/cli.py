@@ -69,6 +69,12 @@ def add_model_flags(p: argparse.ArgumentParser, sub: bool = False) -> None:
         choices=("auto", "model", "ngram", "ngram+model"),
         help="what proposes: auto (per step, with --n-draft auto), the draft model, n-gram lookup",
     )
+    s.add_argument(
+        "--profile",
+        choices=("exact", "fast"),
+        help="exact (verify in batches proven bit-identical to plain decoding) or fast "
+        "(flash attention and repacking on, one verify batch: faster, replies may differ from plain)",
+    )
     s.add_argument("--n-min", type=_positive_int, metavar="N", help="fewest proposed tokens worth verifying")
     s.add_argument("--p-min", type=_float, metavar="P", help="stop drafting below this draft probability")
     s.add_argument("--temperature", type=_float, metavar="T", help="0 = greedy")
@@ -97,6 +103,7 @@ _FLAG_KEYS = {
     "device": ("target", "device"),
     "n_draft": ("speculation", "n_draft"),
     "draft_source": ("speculation", "source"),
+    "profile": ("speculation", "profile"),
     "n_min": ("speculation", "n_min"),
     "p_min": ("speculation", "p_min"),
     "temperature": ("sampling", "temperature"),
@@ -201,8 +208,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if inv is not None and (args.trace or (inv.note and speculator.speculation.enabled)):
         sys.stderr.write(f"verify: {inv.label()}\n")
     elif inv is None and args.trace and speculator.speculation.enabled:
+        fast = speculator.speculation.profile == "fast"
+        why = "profile fast: flash attention and repacking on" if fast else "exact = false"
         sys.stderr.write(
-            "verify: one batch, not checked for exactness (exact = false): "
+            f"verify: one batch, not checked for exactness ({why}): "
             "replies match plain decoding with the same seed only approximately\n"
         )
     messages = []

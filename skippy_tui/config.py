@@ -21,6 +21,8 @@ from .engine.loader import EngineSpec
 from .engine.native import LoadParams
 from .engine.sampling import SamplingParams
 from .engine.settings import (
+    FAST_LOAD,
+    PROFILES,
     GenerationSettings,
     ModelSpec,
     SpeculationSettings,
@@ -78,6 +80,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "p_min": 0.0,
         "source": "auto",
         "exact": True,
+        "profile": "exact",
     },
     "sampling": {
         "temperature": 0.0,
@@ -146,7 +149,13 @@ class Config:
             ConfigError: a value is out of its bounds (names file and key).
         """
         with self._located():
-            t = self.values["target"]
+            sp = self.values["speculation"]
+            if sp["profile"] not in PROFILES:
+                raise BoundsError("speculation.profile", sp["profile"], "one of " + ", ".join(PROFILES))
+            fast = sp["profile"] == "fast"
+            t = dict(self.values["target"])
+            if fast:  # flash attention and repacking on, unless the file or a flag set them
+                t.update({k: v for k, v in FAST_LOAD.items() if f"target.{k}" not in self.present})
             t_load = LoadParams(**{k: (t[k] or None) if k == "device" else t[k] for k in _MODEL_DEFAULTS})
             validate_load_params("target", t_load)
             target = ModelSpec(Path(t["path"]).expanduser() if t["path"] else None, t_load, t["chat_template"] or None)
@@ -161,7 +170,6 @@ class Config:
             elif target.path is None:
                 draft = ModelSpec(None, draft_load_params(t_load, overrides))
             use_draft = bool(d["enabled"]) and (draft is not None)
-            sp = self.values["speculation"]
             # without a draft model only an n-gram source asked for by name still drafts:
             # --no-draft alone means plain decoding
             ngram_asked = "speculation.source" in self.present and sp["source"] != "model"
@@ -172,8 +180,9 @@ class Config:
                 p_min=float(sp["p_min"]),
                 source=sp["source"],
                 n_draft_max=sp["n_draft_max"],
-                exact=bool(sp["exact"]),
+                exact=bool(sp["exact"]) and not fast,
                 n_draft_max_ngram=sp["n_draft_max_ngram"],
+                profile=sp["profile"],
             )
             return EngineSpec(target, draft, speculation, cache_dir(), use_draft=use_draft)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy_tui.config import SCHEMA, ConfigError, load_config
+from skippy_tui.config import SCHEMA, Config, ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "config.example.toml"
@@ -100,3 +100,28 @@ def test_a_bad_flag_value_is_blamed_on_the_flag_not_the_file(tmp_path: Path) -> 
     with pytest.raises(ConfigError, match=re.escape(f"{path}: n_draft = 0")) as e:
         load_config(path).engine_spec()
     assert e.value.origin == ""
+
+
+def test_the_fast_profile_turns_on_flash_attention_and_repacking_unless_set(tmp_path: Path) -> None:
+    cfg_file = tmp_path / "c.toml"
+    cfg_file.write_text('[speculation]\nprofile = "fast"\n')
+    spec = load_config(cfg_file).engine_spec()
+    assert spec.speculation.profile == "fast" and not spec.speculation.exact
+    assert spec.target.load.flash_attn == "auto" and spec.target.load.repack
+    assert spec.draft is not None and spec.draft.load.flash_attn == "auto" and spec.draft.load.repack
+    # a key set in the file wins over the profile, for the target and for the draft
+    cfg_file.write_text('[speculation]\nprofile = "fast"\n[target]\nrepack = false\n[draft]\nflash_attn = "off"\n')
+    spec = load_config(cfg_file).engine_spec()
+    assert not spec.target.load.repack and spec.target.load.flash_attn == "auto"
+    assert spec.draft is not None and spec.draft.load.flash_attn == "off" and not spec.draft.load.repack
+    # the default profile changes nothing
+    spec = Config().engine_spec()
+    assert spec.speculation.profile == "exact" and spec.speculation.exact
+    assert spec.target.load.flash_attn == "off" and not spec.target.load.repack
+
+
+def test_a_bad_profile_is_refused_with_its_choices(tmp_path: Path) -> None:
+    cfg_file = tmp_path / "c.toml"
+    cfg_file.write_text('[speculation]\nprofile = "turbo"\n')
+    with pytest.raises(ConfigError, match=r"profile.*turbo.*exact, fast"):
+        load_config(cfg_file).engine_spec()

@@ -72,6 +72,10 @@ def draft_load_params(target: LoadParams, overrides: dict[str, object]) -> LoadP
 
 
 DRAFT_SOURCES = ("auto", "model", "ngram", "ngram+model")
+PROFILES = ("exact", "fast")
+
+FAST_LOAD = {"flash_attn": "auto", "repack": True}
+"""What ``profile = "fast"`` changes in both models' load settings (keys set explicitly win)."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,11 @@ class SpeculationSettings:
     ``enabled`` False = plain decoding. ``exact``:
     measure at load how large a verify batch the target decodes bit-identically
     to single rows, and verify in chunks of that size (:mod:`invariance`).
+    ``profile``: ``"exact"`` (the default) or ``"fast"``: flash attention and
+    CPU weight repacking on, one verify batch, no probe (``exact`` False); faster
+    on quantized CPU targets, but a reply may differ from plain decoding where
+    the target's top two logits nearly tie. The config applies the load
+    settings; this field names the profile for the status bar and traces.
 
     Raises:
         BoundsError: per the bounds contract.
@@ -107,6 +116,7 @@ class SpeculationSettings:
     n_draft_max: int = 8
     exact: bool = True
     n_draft_max_ngram: int = 32
+    profile: str = "exact"
 
     def __post_init__(self) -> None:
         if isinstance(self.n_draft, str) and self.n_draft != "auto":
@@ -115,6 +125,7 @@ class SpeculationSettings:
         check_int("n_draft_max_ngram", self.n_draft_max_ngram, 1, MAX_DRAFT_TOKENS)
         validate_speculation(1, self.k_max, self.n_min, self.p_min)
         _choice("speculation.source", self.source, DRAFT_SOURCES)
+        _choice("speculation.profile", self.profile, PROFILES)
 
     @property
     def auto(self) -> bool:

@@ -431,6 +431,9 @@ class SkippyApp(App[None]):
                 # verify batches longer than inv.rows are split to stay bit-exact
                 rows = "" if inv.rows is None else " ≤1 row" if inv.rows == 1 else f" ≤{inv.rows} rows"
                 parts.append("exact" + rows)
+            elif on_ and s.profile == "fast":
+                # flash attention + repacking, one verify batch: faster, identity approximate
+                parts.append("profile fast")
             elif on_ and not s.exact:
                 # exact = false: one verify batch, unchecked; same-seed identity is approximate
                 parts.append("not exact")

@@ -1,0 +1,256 @@
+"""``skippy-tui bench --profiles``: the exact and fast profiles side by side.
+
+Both profiles are loaded at once (the same files, two load settings) and run
+the same prompts, plain and with the configured speculation (the default:
+``n_draft = "auto"``, ``source = "auto"``), with the same seed per repeat and
+the order rotated per repeat, so each sees the machine in the same state.
+
+Per profile it reports the medians of plain and speculative tokens/s, and how
+many speculative replies differed from the *same profile's* plain reply with
+the same seed. For each difference it gives the margin between the target's
+top two logits at the first differing position (from a fresh decode of the
+plain reply's prefix): ``exact`` verifies in batches proven bit-identical to
+single rows, so it should show none; ``fast`` (flash attention, repacking,
+one verify batch) trades that for speed, and the margins say how close a call
+each difference was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .bench import BenchPrompt, Progress, decode_rate, first_difference, prompt_tokens_cap, repeat_seed
+from .engine.chat import prompt_tokens
+
+PROFILE_NAMES = ("exact", "fast")
+
+
+@dataclass
+class ProfileCell:
+    """One profile's figures over every prompt and repeat."""
+
+    plain_tps: list[float] = field(default_factory=list)
+    spec_tps: list[float] = field(default_factory=list)
+    replies: int = 0
+    differing: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        plain = statistics.median(self.plain_tps) if self.plain_tps else None
+        spec = statistics.median(self.spec_tps) if self.spec_tps else None
+        return {
+            "plain_tokens_per_second": _r(plain),
+            "speculative_tokens_per_second": _r(spec),
+            "speedup": _r(spec / plain if plain and spec else None, 3),
+            "replies": self.replies,
+            "differing_from_plain": len(self.differing),
+            "differences": self.differing,
+        }
+
+
+def _r(v: float | None, digits: int = 2) -> float | None:
+    return round(v, digits) if v is not None else None
+
+
+def top2_margin(speculator: Any, messages: list[dict[str, str]], reply: Sequence[int], i: int) -> float:
+    """The target's top-1 minus top-2 logit before reply token ``i`` (a fresh decode of the
+    prompt and ``reply[:i]``; the speculator's caches are emptied before and after)."""
+    tokens = [*prompt_tokens(speculator.target, speculator.template, messages), *reply[:i]]
+    ctx = speculator.target_cache.ctx
+    speculator.forget()
+    try:
+        ctx.prefill(tokens[:-1], 0)
+        logits = ctx.decode([tokens[-1]], len(tokens) - 1, 1)[0]
+    finally:
+        speculator.forget()
+    top = np.partition(logits, -2)[-2:]
+    return float(top[1] - top[0])
+
+
+def _run(speculator: Any, messages: list[dict[str, str]], gen: Any) -> tuple[float, tuple[int, ...]]:
+    speculator.forget()
+    finish = None
+    for ev in speculator.run(messages, gen):
+        if ev.type == "finish":
+            finish = ev
+    assert finish is not None
+    if finish.reason == "error":
+        raise RuntimeError(finish.error)
+    return decode_rate(finish.n_tokens, finish.generation_ms), finish.token_ids
+
+
+def run_profiles(
+    speculators: dict[str, Any],
+    gen: Any,
+    prompts: Sequence[BenchPrompt],
+    repeats: int,
+    base_seed: int,
+    system: str = "",
+    progress: Progress | None = None,
+    warmup: bool = True,
+) -> dict[str, Any]:
+    """Run every prompt ``repeats`` times, plain and speculative, under each profile.
+
+    ``speculators``: profile name -> a loaded speculator with speculation enabled.
+    Returns the JSON-ready ``profiles`` section (see the README's bench schema).
+    """
+    cells = {name: ProfileCell() for name in speculators}
+    spec_settings = {name: s.speculation for name, s in speculators.items()}
+    names = list(speculators)
+    for r in range(-1 if warmup else 0, repeats):
+        seed = repeat_seed(base_seed, max(r, 0))
+        order = names[r % len(names) :] + names[: r % len(names)] if r >= 0 else names
+        for prompt in prompts:
+            messages = ([{"role": "system", "content": system}] if system else []) + [
+                {"role": "user", "content": prompt.text}
+            ]
+            g = dataclasses.replace(
+                gen,
+                sampling=dataclasses.replace(gen.sampling, seed=seed),
+                max_tokens=prompt_tokens_cap(gen, prompt),
+            )
+            for name in order:
+                s = speculators[name]
+                s.update(enabled=False)
+                plain_tps, plain_ids = _run(s, messages, g)
+                s.update(**{f.name: getattr(spec_settings[name], f.name) for f in dataclasses.fields(s.speculation)})
+                spec_tps, spec_ids = _run(s, messages, g)
+                if r < 0:
+                    continue  # the warm-up pass: caches and page-ins, not measured
+                cell = cells[name]
+                cell.plain_tps.append(plain_tps)
+                cell.spec_tps.append(spec_tps)
+                cell.replies += 1
+                i = first_difference(plain_ids, spec_ids)
+                if i is not None:
+                    margin = top2_margin(s, messages, plain_ids, i) if i < len(plain_ids) else None
+                    cell.differing.append(
+                        {"prompt": prompt.name, "seed": seed, "index": i, "top2_logit_margin": _r(margin, 4)}
+                    )
+                if progress is not None:
+                    progress.update(f"{prompt.name} {name}")
+    out = {name: cell.summary() for name, cell in cells.items()}
+    if "exact" in out and "fast" in out:
+        e, f = out["exact"], out["fast"]
+        out["fast_over_exact"] = {
+            "plain": _r(_ratio(f["plain_tokens_per_second"], e["plain_tokens_per_second"]), 3),
+            "speculative": _r(_ratio(f["speculative_tokens_per_second"], e["speculative_tokens_per_second"]), 3),
+        }
+    return out
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def render_profiles(report: dict[str, Any]) -> str:
+    """The profiles table as text."""
+    meta, prof = report["meta"], report["profiles"]
+    spec = meta["speculation"]
+    lines = [
+        f"skippy-tui bench --profiles — target {meta['target']}, draft {meta['draft'] or 'none'}",
+        f"{meta['sampling_label']}, n_draft {spec['n_draft']}, source {spec['source']}, "
+        f"{meta['repeats']} repeats x {len(meta['prompts'])} prompts, seed {report['seed']} + repeat",
+        "",
+        f"{'profile':<8} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8}  differing from plain  "
+        "top-2 logit margin at the first difference",
+    ]
+    for name in PROFILE_NAMES:
+        c = prof.get(name)
+        if c is None:
+            continue
+        margins = ", ".join(
+            f"{d['prompt']}@{d['index']}: {d['top2_logit_margin']}" if d["top2_logit_margin"] is not None else "-"
+            for d in c["differences"]
+        )
+        plain, spec_tps = _f(c["plain_tokens_per_second"], ".1f"), _f(c["speculative_tokens_per_second"], ".1f")
+        lines.append(
+            f"{name:<8} {plain:>12} {spec_tps:>11} {_f(c['speedup'], '.2f') + '×':>8}"
+            f"  {c['differing_from_plain']:>3}/{c['replies']:<17} {margins or '-'}"
+        )
+    fe = prof.get("fast_over_exact")
+    if fe:
+        lines.append("")
+        lines.append(
+            f"fast / exact: plain {_f(fe['plain'], '.2f')}×, speculative {_f(fe['speculative'], '.2f')}× "
+            f"(load {meta['loadavg_1min'][0]} → {meta['loadavg_1min'][1]}, {meta['seconds']} s)"
+        )
+    return "\n".join(lines)
+
+
+def _f(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def load_profiles(cfg: Any, load: Callable[[Any], Any]) -> dict[str, Any]:
+    """One speculator per profile from the same config (``load(engine_spec)`` loads one);
+    speculation on. Anything loaded is closed if a later load fails."""
+    out: dict[str, Any] = {}
+    try:
+        for name in PROFILE_NAMES:
+            cfg.set("speculation", "profile", name)
+            spec = cfg.engine_spec()
+            spec = dataclasses.replace(spec, speculation=dataclasses.replace(spec.speculation, enabled=True))
+            out[name] = load(spec)
+    except BaseException:
+        for s in out.values():
+            s.close()
+        raise
+    return out
+
+
+def cmd_profiles(args: Any, cfg: Any, gen: Any, prompts: Sequence[BenchPrompt], base_seed: int) -> dict[str, Any]:
+    """``bench --profiles``: load both profiles, run, and return the report (``meta`` included)."""
+    import os
+    import time
+    from pathlib import Path
+
+    from .cli import _stderr_progress
+    from .engine.loader import load_speculator
+
+    quiet = args.no_progress
+    speculators = load_profiles(
+        cfg, lambda spec: load_speculator(spec, (lambda s, f: None) if quiet else _stderr_progress())
+    )
+    try:
+        first = speculators["exact"]
+        load_before = round(os.getloadavg()[0], 2)
+        t0 = time.perf_counter()
+        total = (args.repeats + (0 if args.no_warmup else 1)) * len(prompts) * len(speculators)
+        progress = Progress(total, enabled=not quiet)
+        profiles = run_profiles(
+            speculators, gen, prompts, args.repeats, base_seed, cfg.get("generation", "system_prompt") or "",
+            progress, warmup=not args.no_warmup,
+        )  # fmt: skip
+        progress.close()
+        sp = first.speculation
+        has_model = first.model_drafter is not None
+        meta = {
+            "target": Path(first.target.path).name,
+            "draft": Path(first.model_drafter.model.path).name if has_model else None,
+            "speculation": {"n_draft": sp.n_draft, "source": sp.source},
+            "sampling_label": gen.sampling.label(),
+            "max_tokens": gen.max_tokens,
+            "repeats": args.repeats,
+            "prompts": [p.name for p in prompts],
+            "verify": {
+                n: (s.invariance.label() if s.invariance else "one batch, unchecked") for n, s in speculators.items()
+            },
+            "seconds": round(time.perf_counter() - t0, 1),
+            "loadavg_1min": [load_before, round(os.getloadavg()[0], 2)],
+        }
+    finally:
+        for s in speculators.values():
+            s.close()
+    return {
+        "mode": "profiles",
+        "temperature": gen.sampling.temperature,
+        "seed": base_seed,
+        "profiles": profiles,
+        "meta": meta,
+    }
