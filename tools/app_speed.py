@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""The app's tokens/s beside headless ``skippy-tui run``, same prompt, pair, k and length.
+
+Drives the real app in a tmux pane (a real terminal, real rendering), reads the
+reply's figures from the transcript the app autosaves, and runs ``skippy-tui run
+--json`` on the same settings; app and headless alternate, ``--repeats`` times.
+Prints each run's tokens/s (the engine's own figure: committed tokens over the
+steps' time, prefill excluded), the wall-clock time from Enter to the saved
+reply, the medians and app/headless.
+
+    python tools/app_speed.py                      # 512 tokens, k=4, greedy, 3 repeats, 150x42
+    python tools/app_speed.py --n-draft auto --temperature 0.8 --seed 1
+    python tools/app_speed.py -- --target T.gguf --draft D.gguf   # any model flags after --
+
+Needs tmux and ``skippy-tui`` on PATH (the project's venv). Speed is noisy on a
+shared machine: quote medians, and run nothing else meanwhile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PROMPT = "Write a detailed essay about the history of the printing press."
+
+
+def _config(tmp: Path, args: argparse.Namespace) -> Path:
+    seed = f"{args.seed}" if args.seed is not None else '"random"'
+    n_draft = f'"{args.n_draft}"' if args.n_draft == "auto" else args.n_draft
+    text = f"""
+[speculation]
+n_draft = {n_draft}
+[sampling]
+temperature = {args.temperature}
+seed = {seed}
+[generation]
+max_tokens = {args.max_tokens}
+[ui]
+autosave = true
+transcript_dir = "{tmp / "transcripts"}"
+"""
+    path = tmp / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    # a private state dir (prompt history, theme), the user's model cache kept
+    env["XDG_STATE_HOME"] = str(tmp / "state")
+    env["XDG_DATA_HOME"] = str(tmp / "data")
+    return env
+
+
+def headless(exe: str, config: Path, extra: list[str], env: dict[str, str], prompt: str) -> tuple[float, float]:
+    """(tokens/s, wall s) of one ``skippy-tui run --json``."""
+    cmd = [exe, "--config", str(config), *extra, "run", prompt, "--json"]
+    t = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+    wall = time.perf_counter() - t
+    fin = json.loads(out.strip().splitlines()[-1])
+    return fin["tokens_per_second"], wall
+
+
+def _tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=False).stdout
+
+
+def in_app(
+    exe: str, config: Path, extra: list[str], env: dict[str, str], prompt: str, size: tuple[int, int], tmp: Path
+) -> tuple[float, float, float]:
+    """(tokens/s, wall s from Enter to the saved reply, launch-to-ready s) of one reply in the app."""
+    tdir = tmp / "transcripts"
+    shutil.rmtree(tdir, ignore_errors=True)
+    session = f"skippy-speed-{os.getpid()}"
+    cmd = " ".join(shlex.quote(c) for c in [exe, "--config", str(config), *extra])
+    envs = [f"{k}={shlex.quote(env[k])}" for k in ("XDG_STATE_HOME", "XDG_DATA_HOME")]
+    t_launch = time.perf_counter()
+    shell = f"env {' '.join(envs)} {cmd}"
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", session, "-x", str(size[0]), "-y", str(size[1]), shell], check=True
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while "ctx 0/" not in _tmux("capture-pane", "-p", "-t", session):  # the status bar once loaded
+            if time.monotonic() > deadline:
+                raise RuntimeError("the app did not load within 300 s:\n" + _tmux("capture-pane", "-p", "-t", session))
+            time.sleep(0.05)
+        ready = time.perf_counter() - t_launch
+        _tmux("send-keys", "-t", session, "-l", prompt)
+        time.sleep(0.3)
+        t = time.perf_counter()
+        _tmux("send-keys", "-t", session, "Enter")
+        deadline = time.monotonic() + 600
+        while True:
+            files = sorted(tdir.glob("*.json")) if tdir.exists() else []
+            if files:
+                try:
+                    data = json.loads(files[-1].read_text())
+                    break
+                except (json.JSONDecodeError, OSError):
+                    pass  # saves are atomic, but be lenient
+            if time.monotonic() > deadline:
+                raise RuntimeError("no reply saved within 600 s:\n" + _tmux("capture-pane", "-p", "-t", session))
+            time.sleep(0.05)
+        wall = time.perf_counter() - t
+        fin = _last_finish(data)
+        return fin["tokens_per_second"], wall, ready
+    finally:
+        _tmux("send-keys", "-t", session, "C-q")
+        time.sleep(0.5)
+        _tmux("kill-session", "-t", session)
+
+
+def _last_finish(data: dict) -> dict:
+    for entry in reversed(data.get("messages", [])):
+        for ev in reversed(entry.get("events", [])):
+            if ev.get("type") == "finish":
+                return ev
+    raise RuntimeError("the saved transcript holds no finished reply")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n-draft", default="4", help='k, or "auto" (default 4)')
+    p.add_argument("--max-tokens", type=int, default=512)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--size", default="150x42", help="terminal size COLSxROWS")
+    p.add_argument("--prompt", default=PROMPT)
+    p.add_argument("model_flags", nargs="*", help="flags passed to both (after --), e.g. --target T.gguf")
+    args = p.parse_args(argv)
+    exe = shutil.which("skippy-tui")
+    if exe is None or shutil.which("tmux") is None:
+        print("needs skippy-tui (the project's venv) and tmux on PATH", file=sys.stderr)
+        return 2
+    cols, rows = (int(x) for x in args.size.lower().split("x"))
+    with tempfile.TemporaryDirectory(prefix="skippy-speed-") as d:
+        tmp = Path(d)
+        config, env = _config(tmp, args), _env(tmp)
+        app_tps, head_tps, app_wall, head_wall, ready = [], [], [], [], []
+        print(f"{'run':>4} {'headless tok/s':>15} {'app tok/s':>10} {'ratio':>6} {'app wall s':>10} {'ready s':>8}")
+        for i in range(args.repeats):
+            h, hw = headless(exe, config, args.model_flags, env, args.prompt)
+            a, aw, r = in_app(exe, config, args.model_flags, env, args.prompt, (cols, rows), tmp)
+            head_tps.append(h)
+            head_wall.append(hw)
+            app_tps.append(a)
+            app_wall.append(aw)
+            ready.append(r)
+            print(f"{i + 1:>4} {h:>15.1f} {a:>10.1f} {a / h:>6.2f} {aw:>10.1f} {r:>8.2f}", flush=True)
+        mh, ma = statistics.median(head_tps), statistics.median(app_tps)
+        print(
+            f"median: headless {mh:.1f} tok/s, app {ma:.1f} tok/s, app/headless {ma / mh:.3f} "
+            f"(k={args.n_draft}, {args.max_tokens} tokens, T={args.temperature}, {cols}x{rows}, "
+            f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}); launch to ready {statistics.median(ready):.2f} s"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
