@@ -206,3 +206,28 @@ def test_a_params_field_llama_cpp_lacks_is_an_error_not_silence() -> None:
     assert mp.load_mode == 0
     with pytest.raises(AttributeError, match="use_mmap"):
         native._set(mp, use_mmap=True)  # renamed upstream to load_mode
+
+
+def test_decoded_logits_rows_are_llama_cpps_rows_in_batch_order(smollm2_q4_1: Path) -> None:
+    """Context.decode reads every logits row at once (llama_get_logits, keeping the GIL);
+    each must equal llama.cpp's own row for its batch position (llama_get_logits_ith)."""
+    import llama_cpp
+    import numpy as np
+
+    from skippy_tui.engine.native import Context, LoadParams, Model
+
+    lp = LoadParams(n_ctx=256, n_batch=64, n_ubatch=64, threads=2)
+    model = Model(smollm2_q4_1, lp)
+    ctx = Context(model, lp)
+    try:
+        tokens = [1, 504, 3458, 282, 16, 4589, 23, 42, 99]
+        rows = ctx.decode(tokens, 0, 5)
+        nv = model.n_vocab
+        ith = [np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx.ptr, 4 + r), shape=(nv,)) for r in range(5)]
+        assert rows.shape == (5, nv)
+        for r in range(5):
+            assert np.array_equal(rows[r], ith[r]), r
+        assert not np.array_equal(rows[0], rows[1])  # distinct rows, not one row five times
+    finally:
+        ctx.close()
+        model.close()

@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--size", default="150x42", help="terminal size COLSxROWS")
     p.add_argument("--prompt", default=PROMPT)
+    p.add_argument("--equal-priority", dest="yield_cpu", action="store_false", help="the app's [ui] yield_cpu = false")
     p.add_argument("model_flags", nargs="*", help="flags passed to both (after --), e.g. --target T.gguf")
     args = p.parse_args(argv)
     exe = shutil.which("skippy-tui")
@@ -163,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"median: headless {mh:.1f} tok/s, app {ma:.1f} tok/s, app/headless {ma / mh:.3f} "
             f"(k={args.n_draft}, {args.max_tokens} tokens, T={args.temperature}, {cols}x{rows}, "
+            f"yield_cpu {args.yield_cpu}, "
             f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}); launch to ready {statistics.median(ready):.2f} s"
         )
     return 0

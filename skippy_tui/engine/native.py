@@ -49,6 +49,29 @@ def _native_abort_callback() -> object | None:
     return _L.ggml_abort_callback(address) if address else None
 
 
+@functools.cache
+def _logits_reader() -> Callable[[int], int] | None:
+    """``llama_get_logits`` called *without* releasing the GIL, or None.
+
+    A ctypes call through a ``CDLL`` releases the GIL and takes it back after.
+    Taking it back waits while another thread runs Python — in the app, the UI
+    rendering, up to one switch interval per call — and reading a pointer needs
+    no release. Through a ``PyDLL`` handle of the same library the call keeps
+    the GIL: one wait per decode instead of one per decode and per logits row.
+    """
+    lib = getattr(getattr(_L, "llama_cpp", None), "_lib", None)
+    path = getattr(lib, "_name", None)
+    if not path:  # pragma: no cover - an unusual llama-cpp-python layout
+        return None
+    try:
+        fn = ctypes.PyDLL(path).llama_get_logits
+    except (OSError, AttributeError):  # pragma: no cover
+        return None
+    fn.argtypes = [ctypes.c_void_p]
+    fn.restype = ctypes.c_void_p
+    return fn
+
+
 @contextlib.contextmanager
 def deferred_sigint(on_interrupt: Callable[[], None]) -> Iterator[None]:
     """Turn Ctrl+C during a native call into ``on_interrupt()``, then KeyboardInterrupt after it.
@@ -530,6 +553,11 @@ class Context:
         self._decode_chunk(tokens, pos0, n_logits)
         n = len(tokens)
         nv = self.model.n_vocab
+        read = _logits_reader()
+        if read is not None and n_logits:
+            # the rows with logits, in batch order, contiguous: one read, one copy
+            rows = ctypes.cast(read(self.ptr), ctypes.POINTER(ctypes.c_float))
+            return np.ctypeslib.as_array(rows, shape=(n_logits, nv)).copy()
         out = np.empty((n_logits, nv), dtype=np.float32)
         for r in range(n_logits):
             ptr = _L.llama_get_logits_ith(self.ptr, n - n_logits + r)

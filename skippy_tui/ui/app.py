@@ -13,6 +13,7 @@ sets it, aborts a native decode in flight, and exits.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import threading
 import time
@@ -141,8 +142,11 @@ class SkippyApp(App[None]):
         transcript_path: Path | None = None,
         load_models: bool = True,
         config_error: BaseException | None = None,
+        yield_cpu: bool = False,
     ) -> None:
         super().__init__()
+        # lower the UI's threads below the engine's (ui/priority.py); the launcher asks for it
+        self._yield_cpu = yield_cpu
         self.config = config
         self.speculator = speculator
         self.owns_speculator = False  # True when this app loaded it (and so closes it)
@@ -207,6 +211,10 @@ class SkippyApp(App[None]):
         return self.query_one(PromptInput)
 
     async def on_mount(self) -> None:
+        if self._yield_cpu:  # before any worker starts: the engine's threads must keep their priority
+            from .priority import yield_cpu_to_engine
+
+            yield_cpu_to_engine(asyncio.get_running_loop())
         themes, self._theme_errors = load_themes()
         for theme in themes:
             self.register_theme(theme)

@@ -87,7 +87,7 @@ def run_app(args: argparse.Namespace) -> int:
     from .app import SkippyApp
 
     config, error = _config(args)
-    return _run(SkippyApp(config, config_error=error))
+    return _run(SkippyApp(config, config_error=error, yield_cpu=bool(config.get("ui", "yield_cpu"))))
 
 
 def run_replay(args: argparse.Namespace) -> int:

@@ -1,0 +1,58 @@
+"""The UI yields the CPU to the engine: its threads run at the lowest priority.
+
+On a CPU build the engine's llama.cpp threads use every core, and each decode
+ends at a barrier: when the UI thread (rendering, layout) takes a core, one
+llama.cpp thread waits and the others spin, so every millisecond of UI work
+costs the engine about as much again. Measured on 2 cores, 512 tokens at k=4
+(``tools/app_speed.py``): 0.66 × headless with equal priorities.
+
+Linux lets an unprivileged process raise (never lower) a *thread's* nice
+value, and a new thread inherits its creator's. So the engine's worker threads
+are started first (at the normal priority; llama.cpp's threads are created by
+them and inherit it), made the event loop's default executor — where
+Textual's thread workers run — and only then are the UI's threads
+(the event loop, Textual's input and output threads) lowered. The UI still gets
+every idle moment, and all of the CPU between replies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+ENGINE_THREADS = 4
+"""Worker threads kept at normal priority (loading, generation and a spare or two)."""
+
+UI_NICE = 19
+
+
+def yield_cpu_to_engine(loop: asyncio.AbstractEventLoop, nice: int = UI_NICE) -> bool:
+    """Start the engine's worker threads at normal priority as ``loop``'s default executor,
+    then give every other thread of this process the nice value ``nice``.
+
+    Returns False (and changes nothing) where threads cannot be reprioritised
+    (not Linux) or the OS refuses.
+    """
+    if sys.platform != "linux" or not hasattr(os, "setpriority"):
+        return False
+    pool = ThreadPoolExecutor(max_workers=ENGINE_THREADS, thread_name_prefix="skippy-engine")
+    started = threading.Barrier(ENGINE_THREADS + 1)
+    for _ in range(ENGINE_THREADS):  # each blocks until all have started: four threads exist
+        pool.submit(started.wait, 5.0)
+    try:
+        started.wait(5.0)
+    except threading.BrokenBarrierError:
+        pool.shutdown(wait=False)
+        return False
+    engine = {t.native_id for t in threading.enumerate() if t.name.startswith("skippy-engine")}
+    try:
+        for t in threading.enumerate():
+            if t.native_id is not None and t.native_id not in engine:
+                os.setpriority(os.PRIO_PROCESS, t.native_id, max(nice, os.getpriority(os.PRIO_PROCESS, t.native_id)))
+    except OSError:
+        return False
+    loop.set_default_executor(pool)
+    return True
