@@ -18,7 +18,8 @@ def nice(tid):
 async def main():
     loop = asyncio.get_running_loop()
     assert yield_cpu_to_engine(loop)
-    engine = await loop.run_in_executor(None, lambda: (threading.current_thread().name, nice(threading.get_native_id())))
+    me = lambda: (threading.current_thread().name, nice(threading.get_native_id()))
+    engine = await loop.run_in_executor(None, me)
     # a thread the engine starts (as llama.cpp does per decode) inherits the engine's priority
     def spawn():
         out = []
