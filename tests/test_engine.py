@@ -138,8 +138,8 @@ class WrongDrafter:
     def room(self, context: Sequence[int]) -> int:
         return self.inner.room(context)
 
-    def sync(self, context: Sequence[int]) -> SyncInfo:
-        return self.inner.sync(context)
+    def sync(self, context: Sequence[int], epoch: object | None = None) -> SyncInfo:
+        return self.inner.sync(context, epoch)
 
     def propose(self, context: Sequence[int], k: int, p_min: float, rule=None) -> Proposal:
         p = self.inner.propose(context, k, p_min, rule)

@@ -89,7 +89,7 @@ class FakeModel:
     def room(self, context):
         return 100
 
-    def sync(self, context):
+    def sync(self, context, epoch=None):
         self.calls.append("sync")
         return SyncInfo("extend", len(context) - 2, len(context) - 1)
 
