@@ -204,6 +204,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     gen = cfg.generation()
     speculator = load_speculator(spec, _stderr_progress())
     n_ctx = speculator.n_ctx
+    if speculator.no_rollback:
+        sys.stderr.write(f"note: {speculator.no_rollback}\n")
     inv = speculator.invariance
     if inv is not None and (args.trace or (inv.note and speculator.speculation.enabled)):
         sys.stderr.write(f"verify: {inv.label()}\n")

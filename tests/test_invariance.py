@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from helpers import EXACT, THREADS
 
 from skippy_tui.engine.invariance import cached_probe, cpu_model, variant_build
@@ -167,5 +168,29 @@ def test_plain_decoding_loads_without_the_probe_and_the_first_speculative_reply_
         assert_verified_in_batches(spec, [spec_run])
         Run(spec.run(prompt, gen))
         assert calls == [1]  # once
+    finally:
+        spec.close()
+
+
+def test_a_recurrent_model_decodes_plainly_and_says_why(smollm2_q4_1: Path, cache_dir: Path, monkeypatch) -> None:
+    """llama.cpp reporting the target recurrent: speculation stays off (every rejection would
+    re-prefill the context), the reason is given, and switching it on is refused."""
+    import llama_cpp
+    from helpers import Run, load, user
+
+    from skippy_tui.engine.errors import BoundsError
+    from skippy_tui.engine.sampling import SamplingParams
+    from skippy_tui.engine.settings import GenerationSettings
+
+    monkeypatch.setattr(llama_cpp, "llama_model_is_recurrent", lambda _ptr: True)
+    spec = load(smollm2_q4_1, smollm2_q4_1, cache_dir)
+    try:
+        assert not spec.speculation.enabled
+        assert "recurrent" in spec.no_rollback and "plain decoding" in spec.no_rollback
+        run = Run(spec.run(user("Say hello."), GenerationSettings(SamplingParams(temperature=0.0), max_tokens=8)))
+        assert run.finish.n_tokens > 0 and run.finish.n_drafted == 0
+        with pytest.raises(BoundsError, match="recurrent"):
+            spec.update(enabled=True)
+        assert not spec.speculation.enabled
     finally:
         spec.close()

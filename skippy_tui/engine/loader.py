@@ -123,11 +123,15 @@ def load_speculator(spec: EngineSpec, progress: Progress = _noop) -> Speculator:
         speculation = spec.speculation
         if drafter is None and speculation.enabled and speculation.source == "model":
             speculation = dataclasses.replace(speculation, enabled=False)
+        no_rollback = rollback_refusal(t_model, drafter.model if drafter is not None else None)
+        if no_rollback:
+            speculation = dataclasses.replace(speculation, enabled=False)
     except BaseException:
         for obj in reversed(owned):
             obj.close()
         raise
     speculator = Speculator(t_model, t_ctx, template, drafter, speculation, t_info, d_info)
+    speculator.no_rollback = no_rollback
     if spec.speculation.exact:
         rows, load, cache = probe_rows(spec.speculation.k_limit), spec.target.load, spec.cache_dir
         speculator.exactness_probe = lambda: cached_probe(t_ctx, rows, load, cache)
@@ -142,6 +146,23 @@ def load_speculator(spec: EngineSpec, progress: Progress = _noop) -> Speculator:
         # waits until something does (a source chosen in the app), if ever
     progress("ready", 1.0)
     return speculator
+
+
+def rollback_refusal(target: Model, draft: Model | None) -> str:
+    """Why speculation must stay off with these models, or ``""``.
+
+    A recurrent or hybrid model (Mamba, RWKV, Jamba, ...) keeps a state that
+    cannot drop its last tokens (``llama_memory_seq_rm`` refuses), so every
+    rejected proposal would re-prefill the whole context: a silent slowdown of
+    10× or more. Such a pair decodes plainly, and says why.
+    """
+    for role, model in (("target", target), ("draft", draft)):
+        if model is not None and model.recurrent_or_hybrid:
+            return (
+                f"the {role} {model.path.name} is a recurrent/hybrid model: its KV cache cannot drop rejected "
+                "tokens, so speculation is off (plain decoding)"
+            )
+    return ""
 
 
 def _report(progress: Progress, stage: str, fraction: float) -> bool:

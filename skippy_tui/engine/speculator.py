@@ -104,6 +104,8 @@ class Speculator:
         self._epoch: object | None = None
         # measures batch invariance (exact = true) when speculation is first used; None once done
         self.exactness_probe: Callable[[], Invariance] | None = None
+        # why speculation must stay off (a recurrent/hybrid model cannot roll back), or ""
+        self.no_rollback = ""
 
     # -- settings that apply from the next step -------------------------------------
 
@@ -111,9 +113,12 @@ class Speculator:
         """Change speculation settings (validated); they apply from the next step.
 
         Raises:
-            BoundsError: a value is out of bounds; nothing changes.
+            BoundsError: a value is out of bounds, or speculation is switched on where
+                :attr:`no_rollback` forbids it; nothing changes.
         """
         new = replace(self.speculation, **changes)  # type: ignore[arg-type]
+        if new.enabled and self.no_rollback:
+            raise BoundsError("speculation.enabled", True, f"false: {self.no_rollback}")
         if new.k_max > self.speculation.k_max:  # a verify batch of k + 1 rows must fit both contexts
             t = self.target_cache.ctx
             d = getattr(self.model_drafter, "cache", None)

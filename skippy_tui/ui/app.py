@@ -307,6 +307,10 @@ class SkippyApp(App[None]):
         self._n_past = speculator.n_past
         self._update_status()
         self.refresh_bindings()
+        if getattr(speculator, "no_rollback", ""):
+            self.notify(
+                speculator.no_rollback.capitalize() + ".", title="Plain decoding", severity="warning", timeout=10
+            )
 
     @on(Worker.StateChanged)
     async def _worker_changed(self, event: Worker.StateChanged) -> None:
@@ -430,6 +434,8 @@ class SkippyApp(App[None]):
             s = spec.speculation
             on_ = s.enabled and spec.drafter is not None
             parts.append(f"spec {'on' if on_ else 'off'}" + (f" k={s.n_draft} p_min={s.p_min:g}" if on_ else ""))
+            if spec.no_rollback:
+                parts[-1] += " (recurrent model)"
             parts.append(self._sampling_status())
             verdict = spec.verdict() if on_ else None
             if verdict is not None:
@@ -718,6 +724,9 @@ class SkippyApp(App[None]):
             return
         if spec.drafter is None:
             self.notify("No draft model is loaded, so speculation stays off.", severity="warning")
+            return
+        if spec.no_rollback:
+            self.notify(spec.no_rollback.capitalize() + ".", severity="warning")
             return
         spec.update(enabled=not spec.speculation.enabled)
         self.notify(f"Speculation {'on' if spec.speculation.enabled else 'off'} from the next step.", timeout=2)
