@@ -29,10 +29,41 @@ def test_utf8_never_emits_half_a_character() -> None:
     assert out[1:4] == ["", "", ""] and out[4] == "🎉"
 
 
-def test_utf8_flush_marks_a_truncated_sequence() -> None:
+def test_utf8_flush_drops_a_truncated_character_and_counts_it() -> None:
     asm = Utf8Assembler()
-    assert asm.feed("🎉".encode()[:2]) == ""
-    assert asm.flush() == "\ufffd"
+    assert asm.feed(b"a" + "🎉".encode()[:2]) == "a"
+    assert asm.flush() == ""
+    assert asm.dropped == 2
+    # bytes that are invalid inside the stream are the model's: they stay visible as U+FFFD
+    asm = Utf8Assembler()
+    assert asm.feed(b"x\xffy") == "x\ufffdy"
+    assert asm.flush() == "" and asm.dropped == 0
+
+
+def test_a_reply_cut_inside_a_character_never_ends_in_a_replacement(smollm2_q4_1, cache_dir) -> None:
+    """On the real model: cut an emoji-rich reply at every length; no U+FFFD appears, and the
+    cuts that fell inside a character say how many bytes they dropped."""
+    from helpers import Run, load, user
+
+    from skippy_tui.engine.sampling import SamplingParams
+    from skippy_tui.engine.settings import GenerationSettings
+
+    spec = load(smollm2_q4_1, None, cache_dir)
+    try:
+        prompt = user("Reply with three emoji and the Japanese word for cat.")
+        full = Run(spec.run(prompt, GenerationSettings(SamplingParams(temperature=0.0), max_tokens=40))).finish
+        dropped = []
+        for n in range(1, full.n_tokens + 1):
+            fin = Run(spec.run(prompt, GenerationSettings(SamplingParams(temperature=0.0), max_tokens=n))).finish
+            assert "\ufffd" not in fin.text, (n, fin.text)
+            assert full.text.startswith(fin.text)
+            dropped.append(fin.dropped_bytes)
+            if fin.dropped_bytes and len(fin.text) < len(full.text):
+                # what was dropped is the start of the next character of the full reply
+                assert len(full.text[len(fin.text)].encode()) > fin.dropped_bytes
+        assert any(dropped), "no cut fell inside a multi-byte character: the prompt no longer tests this"
+    finally:
+        spec.close()
 
 
 @pytest.mark.parametrize(

@@ -174,6 +174,8 @@ class ReplyFinished(Event):
     the end (held back as a possible stop-string start); the stream plus
     ``tail`` equals ``text``. ``n_past``: tokens in the target KV cache.
     ``seed``: the reply's random seed (``--seed`` with it reproduces the reply).
+    ``dropped_bytes``: bytes of a character the reply's end cut short (e.g. half
+    an emoji at max_tokens), left out of ``text`` rather than shown as U+FFFD.
     """
 
     type: ClassVar[str] = "finish"
@@ -194,6 +196,7 @@ class ReplyFinished(Event):
     tail: str = ""
     error: str = ""
     seed: int | None = None
+    dropped_bytes: int = 0
 
 
 EVENT_TYPES: dict[str, type[Event]] = {c.type: c for c in (ReplyStarted, StepVerified, ReplyFinished)}

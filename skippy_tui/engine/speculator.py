@@ -456,6 +456,7 @@ class Speculator:
             tail=tail,
             error=error,
             seed=sampler.seed,
+            dropped_bytes=utf8.dropped,
         )
 
     def _speculate(

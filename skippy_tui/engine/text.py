@@ -17,20 +17,30 @@ from collections.abc import Sequence
 
 
 class Utf8Assembler:
-    """Incremental UTF-8 decoding that never emits half a character."""
+    """Incremental UTF-8 decoding that never emits half a character.
 
-    __slots__ = ("_decoder",)
+    Invalid bytes inside the stream become U+FFFD (the model produced them);
+    a character the reply's end cut short (max_tokens, a stop) is dropped, not
+    replaced: :attr:`dropped` counts its bytes.
+    """
+
+    __slots__ = ("_decoder", "dropped")
 
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.dropped = 0
 
     def feed(self, piece: bytes) -> str:
         """Add a token's bytes; return the text completed so far (may be ``""``)."""
         return self._decoder.decode(piece)
 
     def flush(self) -> str:
-        """End of stream: an incomplete trailing sequence becomes U+FFFD."""
-        return self._decoder.decode(b"", final=True)
+        """End of stream: the bytes of an unfinished trailing character are dropped
+        (counted in :attr:`dropped`), never shown as U+FFFD."""
+        pending, _ = self._decoder.getstate()
+        self.dropped += len(pending)
+        self._decoder.reset()
+        return ""
 
 
 class StopStringMatcher:
