@@ -146,8 +146,48 @@ class Config:
         """Target/draft/speculation settings.
 
         Raises:
-            ConfigError: a value is out of its bounds (names file and key).
+            ConfigError: a value is out of its bounds (names file and key); with
+                several bad keys, every one of them, a line each.
         """
+        try:
+            return self._engine_spec()
+        except ConfigError as e:
+            raise self._every_problem(e) from e
+
+    def generation(self) -> GenerationSettings:
+        """Sampling, max tokens and stop strings.
+
+        Raises:
+            ConfigError: as :meth:`engine_spec`.
+        """
+        try:
+            return self._generation()
+        except ConfigError as e:
+            raise self._every_problem(e) from e
+
+    def _every_problem(self, first: ConfigError) -> ConfigError:
+        """``first``, with every other key set in the file or by a flag that is out of
+        bounds on its own (each checked against the defaults of the others)."""
+        lines = [str(first)]
+        for name in sorted(self.present):
+            section, key = name.split(".", 1)
+            alone = Config(source=self.source, present={name})
+            alone.values[section][key] = self.values[section][key]
+            if name in self.origins:
+                alone.origins[name] = self.origins[name]
+            for build in (alone._engine_spec, alone._generation):
+                try:
+                    build()
+                except ConfigError as e:
+                    if str(e) not in lines:
+                        lines.append(str(e))
+                except SkippyError:
+                    pass
+        if len(lines) == 1:
+            return first
+        return ConfigError("\n".join(lines), first.origin)
+
+    def _engine_spec(self) -> EngineSpec:
         with self._located():
             sp = self.values["speculation"]
             if sp["profile"] not in PROFILES:
@@ -186,12 +226,7 @@ class Config:
             )
             return EngineSpec(target, draft, speculation, cache_dir(), use_draft=use_draft)
 
-    def generation(self) -> GenerationSettings:
-        """Sampling, max tokens and stop strings.
-
-        Raises:
-            ConfigError: a value is out of its bounds.
-        """
+    def _generation(self) -> GenerationSettings:
         with self._located():
             s = self.values["sampling"]
             g = self.values["generation"]

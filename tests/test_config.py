@@ -125,3 +125,21 @@ def test_a_bad_profile_is_refused_with_its_choices(tmp_path: Path) -> None:
     cfg_file.write_text('[speculation]\nprofile = "turbo"\n')
     with pytest.raises(ConfigError, match=r"profile.*turbo.*exact, fast"):
         load_config(cfg_file).engine_spec()
+
+
+def test_every_bad_key_is_reported_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text("[speculation]\nn_draft = 0\np_min = 1.5\nn_min = 9\n[sampling]\ntop_p = 2.0\n", "utf-8")
+    cfg = load_config(path)
+    for build in (cfg.engine_spec, cfg.generation):
+        with pytest.raises(ConfigError) as info:
+            build()
+        lines = str(info.value).splitlines()
+        assert len(lines) == 4, lines
+        for key, value in (("n_draft", "0"), ("p_min", "1.5"), ("n_min", "9"), ("top_p", "2.0")):
+            assert any(line.startswith(f"{path}: {key} = {value} is out of bounds") for line in lines), (key, lines)
+    # one bad key: one line, as before
+    path.write_text("[speculation]\np_min = 1.5\n", "utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path).engine_spec()
+    assert len(str(info.value).splitlines()) == 1
