@@ -23,7 +23,7 @@ from typing import Any
 
 from .engine.errors import SkippyError
 from .engine.events import Event, ReplyFinished, ReplyStarted, StepVerified, TextSpan, event_from_dict
-from .engine.jsoncache import atomic_write_text
+from .engine.jsoncache import atomic_write_text, remove_stale_temps
 from .engine.sampling import SamplingParams
 from .engine.stats import AcceptanceStats
 
@@ -174,6 +174,7 @@ class Transcript:
             self.created = now_iso()
         try:
             json_path.parent.mkdir(parents=True, exist_ok=True)
+            remove_stale_temps(json_path.parent)  # a save killed mid-write left them
             atomic_write_text(json_path, json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n")
             atomic_write_text(md_path, self.to_markdown())
         except OSError as e:

@@ -205,3 +205,29 @@ def test_counts_are_singular_for_one() -> None:
     from skippy_tui.transcript import count
 
     assert [count(n, "step") for n in (0, 1, 2)] == ["0 steps", "1 step", "2 steps"]
+
+
+def test_a_save_removes_temp_files_a_killed_save_left(tmp_path) -> None:
+    """A process killed while saving leaves ``.NAME.<pid>.<hex>.tmp``; the next save removes
+    those of dead processes and keeps a live one's (it may be writing right now)."""
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    stale = tmp_path / f".chat.json.{dead_pid}.deadbeef.tmp"
+    stale.write_text("half a transcript")
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        busy = tmp_path / f".other.json.{live.pid}.cafebabe.tmp"
+        busy.write_text("being written")
+        other = tmp_path / "notes.tmp"  # not ours: left alone
+        other.write_text("x")
+        t = Transcript()
+        t.entries.append(Entry("user", "hi"))
+        t.save(tmp_path / "chat.json")
+        assert not stale.exists()
+        assert busy.exists() and other.exists()
+        assert (tmp_path / "chat.json").exists() and (tmp_path / "chat.md").exists()
+    finally:
+        live.kill()

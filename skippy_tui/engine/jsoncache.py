@@ -38,6 +38,37 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def remove_stale_temps(folder: Path) -> int:
+    """Delete the temp files :func:`atomic_write_text` left in ``folder`` when its process
+    died mid-write (a kill while saving); a live process's are kept. Returns how many went."""
+    removed = 0
+    try:
+        candidates = list(Path(folder).glob(".*.tmp"))
+    except OSError:
+        return 0
+    for tmp in candidates:
+        parts = tmp.name.rsplit(".", 3)  # ".name", pid, hex, "tmp"
+        if len(parts) != 4 or not parts[1].isdigit():
+            continue
+        pid = int(parts[1])
+        if pid == os.getpid() or _alive(pid):
+            continue
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+            removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, but not ours to signal
+        return True
+    return True
+
+
 def file_key(path: Path, *extra: object) -> str:
     """A cache key for ``path`` as it is now (resolved path, size, mtime) plus ``extra``: 32 hex chars."""
     st = path.stat()
