@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import platform
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -71,7 +72,16 @@ class Entry:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Entry:
-        return cls(str(d["role"]), str(d["content"]), [event_from_dict(e) for e in d.get("events", [])])
+        """Raises: ValueError for a role or content that is not a string, or a malformed event."""
+        role, content = d["role"], d["content"]
+        if role not in ("user", "assistant", "system"):
+            raise ValueError(f'"role" must be "user", "assistant" or "system", not {role!r}')
+        if not isinstance(content, str):
+            raise ValueError(f'"content" must be a string, not {type(content).__name__}')
+        events = d.get("events", [])
+        if not isinstance(events, list):
+            raise ValueError('"events" must be a JSON list')
+        return cls(role, content, [event_from_dict(e) for e in events])
 
 
 @dataclass
@@ -126,13 +136,18 @@ class Transcript:
                 raise TranscriptError(f'"{key}" must be a JSON object, not {type(d[key]).__name__}')
         if not isinstance(d.get("messages", []), list):
             raise TranscriptError('"messages" must be a JSON list')
+        system = d.get("system_prompt") or ""
+        if not isinstance(system, str):
+            raise TranscriptError(f'"system_prompt" must be a string, not {type(system).__name__}')
+        # JSON may escape half a surrogate pair ("\\ud800"), which no UTF-8 save could write back
+        d = _without_lone_surrogates(d)
         try:
             entries = [Entry.from_dict(m) for m in d.get("messages", [])]
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise TranscriptError(f"malformed message in transcript: {type(e).__name__}: {e}") from e
         return cls(
             entries=entries,
-            system_prompt=str(d.get("system_prompt", "")),
+            system_prompt=d.get("system_prompt") or "",
             models=dict(d.get("models") or {}),
             config=dict(d.get("config") or {}),
             versions=dict(d.get("versions") or {}),
@@ -175,8 +190,10 @@ class Transcript:
         try:
             json_path.parent.mkdir(parents=True, exist_ok=True)
             remove_stale_temps(json_path.parent)  # a save killed mid-write left them
-            atomic_write_text(json_path, json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n")
-            atomic_write_text(md_path, self.to_markdown())
+            # a lone surrogate (pasted, or from an old file) must not make the save raise
+            data = _without_lone_surrogates(self.to_dict())
+            atomic_write_text(json_path, json.dumps(data, ensure_ascii=False, indent=1) + "\n")
+            atomic_write_text(md_path, _LONE_SURROGATE.sub("\ufffd", self.to_markdown()))
         except OSError as e:
             raise TranscriptError(f"cannot write transcript {json_path}: {e.strerror or e}") from e
         return json_path, md_path
@@ -205,6 +222,20 @@ class Transcript:
             return cls.from_dict(data)
         except TranscriptError as e:
             raise TranscriptError(f"{path}: {e}") from e
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings replaced by U+FFFD."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_lone_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+    return value
 
 
 def count(n: int, noun: str) -> str:

@@ -231,3 +231,48 @@ def test_a_save_removes_temp_files_a_killed_save_left(tmp_path) -> None:
         assert (tmp_path / "chat.json").exists() and (tmp_path / "chat.md").exists()
     finally:
         live.kill()
+
+
+def _saved(tmp_path, **changes):
+    t = Transcript(system_prompt="be brief")
+    t.entries.append(Entry("user", "hi"))
+    d = t.to_dict()
+    d.update(changes)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(d), "utf-8")
+    return path
+
+
+def test_a_loaded_lone_surrogate_never_makes_a_save_crash(tmp_path) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(
+        '{"format": "skippy-tui-transcript", "format_version": 1, "system_prompt": "",'
+        ' "messages": [{"role": "user", "content": "half a pair: \\ud83c!"}]}',
+        "utf-8",
+    )
+    t = Transcript.load(path)
+    assert t.entries[0].content == "half a pair: \ufffd!"
+    t.entries.append(Entry("user", "pasted \udce9"))  # made in the app, not loaded
+    json_path, md_path = t.save(tmp_path / "again.json")
+    assert "\ufffd" in json_path.read_text("utf-8") and "pasted \ufffd" in md_path.read_text("utf-8")
+
+
+def test_null_and_wrongly_typed_fields_are_refused_or_read_as_meant(tmp_path) -> None:
+    assert Transcript.load(_saved(tmp_path, system_prompt=None)).system_prompt == ""
+    with pytest.raises(TranscriptError, match="system_prompt"):
+        Transcript.load(_saved(tmp_path, system_prompt=3))
+    with pytest.raises(TranscriptError, match="content"):
+        Transcript.load(_saved(tmp_path, messages=[{"role": "user", "content": None}]))
+    with pytest.raises(TranscriptError, match="role"):
+        Transcript.load(_saved(tmp_path, messages=[{"role": 7, "content": "x"}]))
+    finish = {
+        "type": "finish", "reason": "eos", "token_ids": [1, 2], "text": "ok", "n_tokens": 2, "n_steps": 1,
+        "n_drafted": 0, "n_accepted": 0, "acceptance_rate": 0.0, "mean_accepted_length": 0.0,
+        "per_position": [], "tokens_per_second": 10.0, "generation_ms": 5.0, "prefill_ms": 1.0, "n_past": 9,
+    }  # fmt: skip
+    good = [{"role": "assistant", "content": "ok", "events": [finish]}]
+    assert Transcript.load(_saved(tmp_path, messages=good)).entries[0].finish.n_tokens == 2
+    for field, bad in (("n_tokens", "2"), ("reason", "bored"), ("token_ids", [1, "x"]), ("text", None)):
+        broken = [{"role": "assistant", "content": "ok", "events": [finish | {field: bad}]}]
+        with pytest.raises(TranscriptError, match=field):
+            Transcript.load(_saved(tmp_path, messages=broken))

@@ -9,6 +9,7 @@ one shape. Units: token counts in tokens, times in ms, probabilities in [0, 1].
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -216,24 +217,63 @@ _NESTED = {"TokenInfo": TokenInfo, "TextSpan": TextSpan, "SyncInfo": SyncInfo}
 
 
 def _build(hint: Any, value: Any) -> Any:
+    """``value`` (parsed JSON) as ``hint``, checked: a wrongly typed field is a ``TypeError``
+    here, at load, not a crash later while rendering."""
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if value is None:
-        return None
+        if origin in (typing.Union, types.UnionType) and type(None) in args:
+            return None
+        raise TypeError(f"null where {_name(hint)} is expected")
     if origin is tuple:
+        if not isinstance(value, list):
+            raise TypeError(f"{value!r} is not a list")
         return tuple(_build(args[0], v) for v in value)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
+        errors = []
         for a in inner:
-            if isinstance(a, type) and dataclasses.is_dataclass(a):
+            try:
                 return _build(a, value)
+            except TypeError as e:
+                errors.append(str(e))
+        raise TypeError("; ".join(errors))
+    if origin is typing.Literal:
+        if value not in args:
+            raise TypeError(f"{value!r} is not one of {', '.join(map(repr, args))}")
         return value
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise TypeError(f"{value!r} is not an object")
         hints = typing.get_type_hints(hint)
-        return hint(
-            **{f.name: _build(hints[f.name], value[f.name]) for f in dataclasses.fields(hint) if f.name in value}
-        )
+        fields = {}
+        for f in dataclasses.fields(hint):
+            if f.name in value:
+                try:
+                    fields[f.name] = _build(hints[f.name], value[f.name])
+                except TypeError as e:
+                    raise TypeError(f"{f.name}: {e}") from None
+        return hint(**fields)
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif hint is str:
+        ok = isinstance(value, str)
+    elif origin is dict or hint is dict:
+        ok = isinstance(value, dict)
+    else:
+        ok = True  # Any and the like
+    if not ok:
+        raise TypeError(f"{value!r} is not {_name(hint)}")
     return value
+
+
+def _name(hint: Any) -> str:
+    return {int: "a whole number", float: "a number", str: "a string", bool: "true/false"}.get(hint, str(hint))
 
 
 def event_from_dict(data: dict[str, Any]) -> Event:
