@@ -126,6 +126,27 @@ def test_default_pair_greedy_output_equals_plain(k: int, spec: Speculator, plain
     assert_verified_in_batches(spec, runs, at_least=k + 1)
 
 
+def test_a_draft_never_proposes_an_id_the_target_lacks(spec: Speculator, plain_refs) -> None:
+    """A draft vocabulary may hold a few ids more than the target's: drafting stops before
+    one (it could only fail to decode). Simulated on the real pair by lowering the limit
+    below ids the draft proposes; the output still equals plain decoding."""
+    drafter = spec.model_drafter
+    assert drafter is not None
+    full = drafter.vocab_limit
+    spec.update(n_draft=4, source="model")
+    try:
+        prompt, ref = next(iter(plain_refs.items()))
+        proposed = {t.id for st in Run(spec.run(user(prompt), GEN)).steps for t in st.proposed}
+        limit = sorted(proposed)[len(proposed) // 2]  # half the ids it proposed are now "missing"
+        drafter.vocab_limit = limit
+        run = Run(spec.run(user(prompt), GEN))
+        assert run.finish.token_ids == ref
+        assert all(t.id < limit for st in run.steps for t in st.proposed)
+        assert run.finish.n_drafted > 0
+    finally:
+        drafter.vocab_limit = full
+
+
 class WrongDrafter:
     """A real draft model whose every third proposed token is replaced by a wrong one."""
 

@@ -75,6 +75,8 @@ class ModelDrafter:
     def __init__(self, model: Model, ctx: Context) -> None:
         self.model = model
         self.cache = KvCache(ctx)
+        # ids the target has: a draft vocabulary may be larger (compat allows a few extra ids)
+        self.vocab_limit = model.n_vocab
 
     def room(self, context: Sequence[int]) -> int:
         # proposing k tokens decodes context[-1] and k-1 proposals after context[:-1]
@@ -104,8 +106,8 @@ class ModelDrafter:
             self.cache.state.record_proposal_step(current)
             rows.append(logits)
             tid, p, dist = rule.choose(logits)
-            if p < p_min:
-                break
+            if p < p_min or tid >= self.vocab_limit:
+                break  # unsure, or an id the target does not have (it could only fail to decode)
             tokens.append(tid)
             probs.append(p)
             dists.append(dist)

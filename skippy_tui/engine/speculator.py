@@ -81,6 +81,8 @@ class Speculator:
         # a ModelDrafter is kept aside so the draft source can change at runtime;
         # any other Drafter is used as given
         self.model_drafter = drafter if isinstance(drafter, ModelDrafter) else None
+        if self.model_drafter is not None:
+            self.model_drafter.vocab_limit = min(self.model_drafter.vocab_limit, target.n_vocab)
         self._ngram = NgramDrafter()
         self.drafter = drafter
         if drafter is None or self.model_drafter is not None:
