@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from .engine.adaptive import Costs, break_even_acceptance
+from .engine.bounds import MAX_DRAFT_TOKENS
 from .engine.sampling import MAX_SEED, SAMPLERS, PenaltyWindow, SamplingParams, candidates, top_ids
 from .engine.verify import gumbel_pick
 
@@ -1196,8 +1197,8 @@ def _int_list(text: str) -> tuple[int, ...]:
         ks = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not ks or any(k < 1 for k in ks):
-        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    if not ks or any(not 1 <= k <= MAX_DRAFT_TOKENS for k in ks):
+        raise argparse.ArgumentTypeError(f"expected integers in 1..{MAX_DRAFT_TOKENS}, got {text!r}")
     return ks
 
 
@@ -1283,6 +1284,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
     spec = cfg.engine_spec()
     # the load checks capacity for the largest k any method will ask for
     k_top = max(*ks, spec.speculation.n_draft_max)
+    if args.k:  # a --k the batch cannot hold is a bad flag (exit 2), found before any weights load
+        from .engine.bounds import ContextCapacity, validate_capacity
+        from .engine.errors import BoundsError
+
+        d_load = spec.draft.load if spec.draft is not None else spec.target.load
+        try:
+            validate_capacity(
+                ContextCapacity("target", spec.target.load.n_batch, spec.target.load.n_ubatch),
+                ContextCapacity("draft", d_load.n_batch, d_load.n_ubatch),
+                max(args.k),
+            )
+        except BoundsError as e:
+            sys.stderr.write(f"skippy-tui: error: --k {max(args.k)}: {e}\n")
+            return 2
     spec = dataclasses.replace(spec, speculation=dataclasses.replace(spec.speculation, n_draft=k_top, enabled=True))
     gen = cfg.generation()
     samplers = samplers if isinstance(samplers, tuple) else (gen.sampling.sampler,)

@@ -370,3 +370,14 @@ def test_sampler_flag_takes_a_list():
     assert p.parse_args(["--sampler", "rejection", "bench"]).sampler == "rejection"  # the top-level flag still works
     with pytest.raises(SystemExit):
         p.parse_args(["bench", "--sampler", "coupled,coupled"])
+
+
+def test_a_k_the_batch_cannot_hold_is_a_usage_error_before_any_load(capsys) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--k", "5000"])
+    assert e.value.code == 2
+    assert "1..4096" in capsys.readouterr().err
+    assert main(["bench", "--k", "600", "--repeats", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--k 600" in err and "n_batch = 512" in err and "601" in err
+    assert "loading" not in err  # refused before any weights were read

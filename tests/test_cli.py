@@ -129,6 +129,7 @@ def test_bad_prompts_are_clear_errors_or_repaired(tmp_path: Path) -> None:
     assert bad.returncode == 0 and b"Traceback" not in bad.stderr
     long = cli("run", "Tell me about the history of the world. " * 60, "--n-ctx", "64", "--no-draft")
     assert long.returncode == 1 and "context window holds 256" in long.stderr and "Traceback" not in long.stderr
+    assert "llama.cpp rounded n_ctx 64 to 256 tokens" in long.stderr  # said, not silent
 
 
 def test_a_chat_template_that_is_no_template_is_refused_at_load(tmp_path: Path) -> None:
