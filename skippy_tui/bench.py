@@ -59,9 +59,20 @@ from typing import Any
 
 import numpy as np
 
+from .bench_core import (
+    BenchPrompt,
+    Progress,
+    RunResult,
+    first_difference,
+    messages_for,
+    prompt_tokens_cap,
+    repeat_seed,
+    run_once,
+)
+from .bench_core import loadavg as _loadavg
 from .engine.adaptive import Costs, break_even_acceptance
 from .engine.bounds import MAX_DRAFT_TOKENS
-from .engine.sampling import MAX_SEED, SAMPLERS, PenaltyWindow, SamplingParams, candidates, top_ids
+from .engine.sampling import SAMPLERS, PenaltyWindow, SamplingParams, candidates, top_ids
 from .engine.verify import gumbel_pick
 
 LIGHTHOUSE = (
@@ -96,16 +107,6 @@ CODE_TO_EDIT = """def summarize(items, key, limit=10):
         result.append({"name": name, "count": group["count"], "total": group["total"], "average": average})
     return result
 """
-
-
-@dataclass(frozen=True)
-class BenchPrompt:
-    """One prompt of the suite. ``length``: its max tokens as a multiple of ``--max-tokens``."""
-
-    name: str
-    kind: str
-    text: str
-    length: float = 1.0
 
 
 SUITE: tuple[BenchPrompt, ...] = (
@@ -216,107 +217,9 @@ def methods_for(ks: Sequence[int], has_model: bool, samplers: Sequence[str] = ("
     return out
 
 
-def repeat_seed(base: int, repeat: int) -> int:
-    """The seed of every method in one repeat (or of one prompt in the identity grid)."""
-    return (base + repeat) % (MAX_SEED + 1)
-
-
 def draw_seed() -> int:
     """A base seed when none is configured (31 bits: short enough to retype as --seed)."""
     return secrets.randbits(31)
-
-
-@dataclass
-class RunResult:
-    """One generation: totals and the per-step measurements the summary needs."""
-
-    tokens_per_second: float
-    n_tokens: int
-    n_steps: int
-    n_drafted: int
-    n_accepted: int
-    n_spec_steps: int
-    draft_ms: float
-    verify_by_batch: dict[int, list[float]]
-    draft_call_ms: list[float]
-    sync_ms: list[float]
-    drafted_at: list[int]
-    accepted_at: list[int]
-    ks: list[int]
-    token_ids: tuple[int, ...]
-    reason: str
-    error: str = ""
-    draft_prefill_ms: float = 0.0
-    seed: int | None = None
-
-
-def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunResult:
-    """Generate one reply from an empty cache and collect its measurements."""
-    speculator.forget()
-    messages = _messages(prompt, system)
-    verify: dict[int, list[float]] = {}
-    calls: list[float] = []
-    syncs: list[float] = []
-    drafted_at: list[int] = []
-    accepted_at: list[int] = []
-    ks: list[int] = []
-    draft_ms = 0.0
-    prev_k = 0
-    n_spec = 0  # steps with a proposal (as AcceptanceStats counts them)
-    finish = None
-    draft_prefill_ms = 0.0
-    for ev in speculator.run(messages, gen):
-        if ev.type == "reply_started":
-            draft_prefill_ms = ev.draft_prefill_ms  # the draft's prompt fill, outside generation time
-        elif ev.type == "step":
-            m = len(ev.proposed)
-            ks.append(ev.k)
-            n_spec += m > 0
-            verify.setdefault(m + 1, []).append(ev.verify_ms)
-            if ev.k > 0:
-                draft_ms += ev.draft_ms
-                calls.append(ev.draft_ms / max(1, min(ev.k, m + 1)))
-                if prev_k > 0:
-                    syncs.append(ev.sync_ms)
-            while len(drafted_at) < m:
-                drafted_at.append(0)
-                accepted_at.append(0)
-            for i in range(m):
-                drafted_at[i] += 1
-                accepted_at[i] += i < ev.n_accepted
-            prev_k = ev.k
-        elif ev.type == "finish":
-            finish = ev
-    assert finish is not None
-    return RunResult(
-        tokens_per_second=decode_rate(finish.n_tokens, finish.generation_ms),
-        n_tokens=finish.n_tokens,
-        n_steps=finish.n_steps,
-        n_drafted=finish.n_drafted,
-        n_accepted=finish.n_accepted,
-        n_spec_steps=n_spec,
-        draft_ms=draft_ms,
-        verify_by_batch=verify,
-        draft_call_ms=calls,
-        sync_ms=syncs,
-        drafted_at=drafted_at,
-        accepted_at=accepted_at,
-        ks=ks,
-        token_ids=finish.token_ids,
-        reason=finish.reason,
-        error=finish.error,
-        draft_prefill_ms=draft_prefill_ms,
-        seed=finish.seed,
-    )
-
-
-def _messages(prompt: str, system: str = "") -> list[dict[str, str]]:
-    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-
-
-def decode_rate(n_tokens: int, decode_ms: float) -> float:
-    """Tokens per second of decoding (the prompt's prefill into either model excluded)."""
-    return n_tokens * 1000.0 / decode_ms if decode_ms > 0 else 0.0
 
 
 @dataclass
@@ -374,15 +277,6 @@ class Cell:
         }
 
 
-def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
-    """Index of the first token where ``a`` and ``b`` differ (the shorter one's length
-    when one is a prefix of the other); ``None`` when they are equal."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
 def _sum_lists(lists: Sequence[Sequence[int]]) -> list[int]:
     out: list[int] = []
     for lst in lists:
@@ -396,46 +290,10 @@ def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-class Progress:
-    """A progress bar on stderr (redrawn in place on a terminal, a line per prompt otherwise)."""
-
-    def __init__(self, total: int, stream: Any = None, enabled: bool = True) -> None:
-        self.total, self.done = total, 0
-        self.stream = stream if stream is not None else sys.stderr
-        self.enabled = enabled
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.t0 = time.perf_counter()
-
-    def update(self, label: str, advance: int = 1) -> None:
-        self.done += advance
-        if not self.enabled:
-            return
-        width = 24
-        filled = int(width * self.done / max(self.total, 1))
-        elapsed = time.perf_counter() - self.t0
-        eta = elapsed / self.done * (self.total - self.done) if self.done else 0.0
-        bar = f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {label}"
-        bar += f"  ({elapsed:.0f}s, ~{eta:.0f}s left)"
-        if self.tty:
-            self.stream.write("\r\x1b[K" + bar)
-        else:
-            self.stream.write(bar + "\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled and self.tty:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-
-
 def settings_for(gen: Any, method: Method, seed: int, max_tokens: int | None = None) -> Any:
     """``gen`` with the method's sampling overrides, ``seed`` and (optionally) a length."""
     sampling = dataclasses.replace(gen.sampling, seed=seed, **method.sampling)
     return dataclasses.replace(gen, sampling=sampling, max_tokens=max_tokens or gen.max_tokens)
-
-
-def prompt_tokens_cap(gen: Any, prompt: BenchPrompt) -> int:
-    return max(1, round(gen.max_tokens * prompt.length))
 
 
 def run_bench(
@@ -762,7 +620,7 @@ def target_rows(
     histories: list[list[int]] = []
     try:
         for text, reply in replies:
-            prompt = prompt_tokens(speculator.target, speculator.template, _messages(text, system))
+            prompt = prompt_tokens(speculator.target, speculator.template, messages_for(text, system))
             room = min(n - len(rows), ctx.n_batch, ctx.n_ctx - len(prompt) + 1)
             batch = [prompt[-1], *reply[:-1]][: max(room, 0)]
             if not batch:
@@ -1310,7 +1168,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if getattr(args, "profiles", False):
         from .bench_profiles import cmd_profiles, render_profiles
 
-        report = cmd_profiles(args, cfg, gen, prompts, base_seed)
+        report = cmd_profiles(args, cfg, gen, prompts, base_seed, _stderr_progress)
         return _emit(args, report, render_profiles(report))
     speculator = load_speculator(spec, _stderr_progress() if not args.no_progress else (lambda s, f: None))
     try:
@@ -1443,14 +1301,6 @@ def _meta(speculator: Any, spec: Any, gen: Any, prompts: Sequence[BenchPrompt], 
         "verify": inv.label() if inv is not None else "not checked (exact = false): same-seed identity is approximate",
         "cpus": _cpus(),
     }
-
-
-def _loadavg() -> float | None:
-    """The 1-minute load average (other work competing for the CPUs), where the OS has one."""
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):  # pragma: no cover - not Unix
-        return None
 
 
 def _cpus() -> int:

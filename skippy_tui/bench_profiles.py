@@ -25,7 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from .bench import BenchPrompt, Progress, decode_rate, first_difference, prompt_tokens_cap, repeat_seed
+from .bench_core import (
+    BenchPrompt,
+    Progress,
+    first_difference,
+    loadavg,
+    messages_for,
+    prompt_tokens_cap,
+    repeat_seed,
+    run_once,
+)
 from .engine.chat import prompt_tokens
 
 PROFILE_NAMES = ("exact", "fast")
@@ -72,16 +81,10 @@ def top2_margin(speculator: Any, messages: list[dict[str, str]], reply: Sequence
     return float(top[1] - top[0])
 
 
-def _run(speculator: Any, messages: list[dict[str, str]], gen: Any) -> tuple[float, tuple[int, ...]]:
-    speculator.forget()
-    finish = None
-    for ev in speculator.run(messages, gen):
-        if ev.type == "finish":
-            finish = ev
-    assert finish is not None
-    if finish.reason == "error":
-        raise RuntimeError(finish.error)
-    return decode_rate(finish.n_tokens, finish.generation_ms), finish.token_ids
+def _checked(result: Any) -> Any:
+    if result.reason == "error":
+        raise RuntimeError(result.error)
+    return result
 
 
 def run_profiles(
@@ -106,9 +109,6 @@ def run_profiles(
         seed = repeat_seed(base_seed, max(r, 0))
         order = names[r % len(names) :] + names[: r % len(names)] if r >= 0 else names
         for prompt in prompts:
-            messages = ([{"role": "system", "content": system}] if system else []) + [
-                {"role": "user", "content": prompt.text}
-            ]
             g = dataclasses.replace(
                 gen,
                 sampling=dataclasses.replace(gen.sampling, seed=seed),
@@ -117,18 +117,19 @@ def run_profiles(
             for name in order:
                 s = speculators[name]
                 s.update(enabled=False)
-                plain_tps, plain_ids = _run(s, messages, g)
+                plain = _checked(run_once(s, prompt.text, g, system))
                 s.update(**{f.name: getattr(spec_settings[name], f.name) for f in dataclasses.fields(s.speculation)})
-                spec_tps, spec_ids = _run(s, messages, g)
+                spec = _checked(run_once(s, prompt.text, g, system))
                 if r < 0:
                     continue  # the warm-up pass: caches and page-ins, not measured
                 cell = cells[name]
-                cell.plain_tps.append(plain_tps)
-                cell.spec_tps.append(spec_tps)
+                cell.plain_tps.append(plain.tokens_per_second)
+                cell.spec_tps.append(spec.tokens_per_second)
                 cell.replies += 1
-                i = first_difference(plain_ids, spec_ids)
+                i = first_difference(plain.token_ids, spec.token_ids)
                 if i is not None:
-                    margin = top2_margin(s, messages, plain_ids, i) if i < len(plain_ids) else None
+                    messages = messages_for(prompt.text, system)
+                    margin = top2_margin(s, messages, plain.token_ids, i) if i < len(plain.token_ids) else None
                     cell.differing.append(
                         {"prompt": prompt.name, "seed": seed, "index": i, "top2_logit_margin": _r(margin, 4)}
                     )
@@ -204,22 +205,25 @@ def load_profiles(cfg: Any, load: Callable[[Any], Any]) -> dict[str, Any]:
     return out
 
 
-def cmd_profiles(args: Any, cfg: Any, gen: Any, prompts: Sequence[BenchPrompt], base_seed: int) -> dict[str, Any]:
-    """``bench --profiles``: load both profiles, run, and return the report (``meta`` included)."""
-    import os
+def cmd_profiles(
+    args: Any, cfg: Any, gen: Any, prompts: Sequence[BenchPrompt], base_seed: int, load_progress: Callable[[], Any]
+) -> dict[str, Any]:
+    """``bench --profiles``: load both profiles, run, and return the report (``meta`` included).
+
+    ``load_progress()`` makes a fresh loading-progress reporter for each load.
+    """
     import time
     from pathlib import Path
 
-    from .cli import _stderr_progress
     from .engine.loader import load_speculator
 
     quiet = args.no_progress
     speculators = load_profiles(
-        cfg, lambda spec: load_speculator(spec, (lambda s, f: None) if quiet else _stderr_progress())
+        cfg, lambda spec: load_speculator(spec, (lambda s, f: None) if quiet else load_progress())
     )
     try:
         first = speculators["exact"]
-        load_before = round(os.getloadavg()[0], 2)
+        load_before = loadavg()
         t0 = time.perf_counter()
         total = (args.repeats + (0 if args.no_warmup else 1)) * len(prompts) * len(speculators)
         progress = Progress(total, enabled=not quiet)
@@ -242,7 +246,7 @@ def cmd_profiles(args: Any, cfg: Any, gen: Any, prompts: Sequence[BenchPrompt], 
                 n: (s.invariance.label() if s.invariance else "one batch, unchecked") for n, s in speculators.items()
             },
             "seconds": round(time.perf_counter() - t0, 1),
-            "loadavg_1min": [load_before, round(os.getloadavg()[0], 2)],
+            "loadavg_1min": [load_before, loadavg()],
         }
     finally:
         for s in speculators.values():
