@@ -1143,16 +1143,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     # the load checks capacity for the largest k any method will ask for
     k_top = max(*ks, spec.speculation.n_draft_max)
     if args.k:  # a --k the batch cannot hold is a bad flag (exit 2), found before any weights load
-        from .engine.bounds import ContextCapacity, validate_capacity
         from .engine.errors import BoundsError
+        from .engine.loader import check_capacity
 
-        d_load = spec.draft.load if spec.draft is not None else spec.target.load
         try:
-            validate_capacity(
-                ContextCapacity("target", spec.target.load.n_batch, spec.target.load.n_ubatch),
-                ContextCapacity("draft", d_load.n_batch, d_load.n_ubatch),
-                max(args.k),
-            )
+            check_capacity(spec, max(args.k), with_draft=spec.use_draft)
         except BoundsError as e:
             sys.stderr.write(f"skippy-tui: error: --k {max(args.k)}: {e}\n")
             return 2

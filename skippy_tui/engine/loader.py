@@ -81,17 +81,23 @@ def check_spec(spec: EngineSpec, progress: Progress = _noop) -> tuple[Path, Mode
     d_info = cached_model_info(draft_path, info_cache) if draft_path is not None else None
     if d_info is not None:
         check_compatible(t_info, d_info)
-        d_load = spec.draft.load if spec.draft is not None else spec.target.load
-        validate_capacity(
-            ContextCapacity("target", spec.target.load.n_batch, spec.target.load.n_ubatch),
-            ContextCapacity("draft", d_load.n_batch, d_load.n_ubatch),
-            spec.speculation.k_max,
-        )
+        check_capacity(spec, spec.speculation.k_max, with_draft=True)
     elif spec.speculation.enabled and spec.speculation.source != "model":
         # n-gram drafting without a draft model: only the target verifies
-        target_cap = ContextCapacity("target", spec.target.load.n_batch, spec.target.load.n_ubatch)
-        validate_capacity(target_cap, None, spec.speculation.k_max)
+        check_capacity(spec, spec.speculation.k_max, with_draft=False)
     return target_path, t_info, draft_path, d_info
+
+
+def check_capacity(spec: EngineSpec, k: int, with_draft: bool) -> None:
+    """A verify batch of ``k + 1`` rows fits the target's batch (and the draft's).
+
+    Raises:
+        BoundsError: e.g. ``target.n_batch = 512 is out of bounds: must be >= 601``.
+    """
+    t = spec.target.load
+    d = spec.draft.load if spec.draft is not None else t
+    draft = ContextCapacity("draft", d.n_batch, d.n_ubatch) if with_draft else None
+    validate_capacity(ContextCapacity("target", t.n_batch, t.n_ubatch), draft, k)
 
 
 def load_speculator(spec: EngineSpec, progress: Progress = _noop) -> Speculator:
