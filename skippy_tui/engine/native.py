@@ -50,8 +50,8 @@ def _native_abort_callback() -> object | None:
 
 
 @functools.cache
-def _logits_reader() -> Callable[[int], int] | None:
-    """``llama_get_logits`` called *without* releasing the GIL, or None.
+def _logits_reader() -> Callable[[int], object]:
+    """``llama_get_logits``, called *without* releasing the GIL where possible.
 
     A ctypes call through a ``CDLL`` releases the GIL and takes it back after.
     Taking it back waits while another thread runs Python — in the app, the UI
@@ -61,12 +61,10 @@ def _logits_reader() -> Callable[[int], int] | None:
     """
     lib = getattr(getattr(_L, "llama_cpp", None), "_lib", None)
     path = getattr(lib, "_name", None)
-    if not path:  # pragma: no cover - an unusual llama-cpp-python layout
-        return None
     try:
         fn = ctypes.PyDLL(path).llama_get_logits
-    except (OSError, AttributeError):  # pragma: no cover
-        return None
+    except (OSError, AttributeError, TypeError):  # pragma: no cover - an unusual llama-cpp-python layout
+        return _L.llama_get_logits  # the binding's own: the same rows, with a GIL release
     fn.argtypes = [ctypes.c_void_p]
     fn.restype = ctypes.c_void_p
     return fn
@@ -551,18 +549,12 @@ class Context:
         if pos0 + len(tokens) > self.n_ctx:
             raise ContextFullError(f"{self.model.path.name}: {pos0 + len(tokens)} tokens exceed n_ctx {self.n_ctx}")
         self._decode_chunk(tokens, pos0, n_logits)
-        n = len(tokens)
         nv = self.model.n_vocab
-        read = _logits_reader()
-        if read is not None and n_logits:
-            # the rows with logits, in batch order, contiguous: one read, one copy
-            rows = ctypes.cast(read(self.ptr), ctypes.POINTER(ctypes.c_float))
-            return np.ctypeslib.as_array(rows, shape=(n_logits, nv)).copy()
-        out = np.empty((n_logits, nv), dtype=np.float32)
-        for r in range(n_logits):
-            ptr = _L.llama_get_logits_ith(self.ptr, n - n_logits + r)
-            out[r] = np.ctypeslib.as_array(ptr, shape=(nv,))
-        return out
+        if not n_logits:
+            return np.empty((0, nv), dtype=np.float32)
+        # the rows with logits, in batch order, contiguous: one read, one copy
+        rows = ctypes.cast(_logits_reader()(self.ptr), ctypes.POINTER(ctypes.c_float))
+        return np.ctypeslib.as_array(rows, shape=(n_logits, nv)).copy()
 
     def prefill(self, tokens: Sequence[int], pos0: int, cancelled: Callable[[], bool] | None = None) -> None:
         """Decode ``tokens`` at ``pos0..`` in ``n_batch`` chunks, no logits.

@@ -72,11 +72,6 @@ class Reset:
 SyncPlan = AlreadySynced | Extend | Truncate | Reset
 
 
-def prefix_target(context: Sequence[int]) -> Sequence[int]:
-    """The tokens a cache must hold for ``context``: all but the last one."""
-    return context[: max(len(context) - 1, 0)]
-
-
 def common_prefix_len(a: Sequence[int], b: Sequence[int], start: int = 0) -> int:
     """Length of the longest common prefix of two token sequences, given that the
     first ``start`` tokens are known to be equal (they are not compared)."""
