@@ -168,13 +168,12 @@ class CombinedDrafter:
 
     def sync(self, context: Sequence[int], epoch: object | None = None) -> SyncInfo:
         """Sync the index; sync the model too only when the index has no match."""
+        self._epoch = epoch
         info = self.ngram.sync(context, epoch)
         if self.ngram.has_match(context):
             self._route = "ngram"
-            self._epoch = epoch
             return info
         self._route = "model"
-        self._epoch = epoch
         return self.model.sync(context, epoch)
 
     def propose(self, context: Sequence[int], k: int, p_min: float, rule: DraftRule | None = None) -> Proposal:
@@ -203,11 +202,8 @@ class AutoDrafter(CombinedDrafter):
     source = "auto"
 
     def __init__(self, ngram: NgramDrafter, model: ModelDrafter | None) -> None:
-        self.ngram = ngram
-        self.model = model  # type: ignore[assignment]
+        super().__init__(ngram, model)  # type: ignore[arg-type]
         self.route: str | None = None  # None: as ngram+model
-        self._route = "model"
-        self._epoch: object | None = None
 
     @property
     def cache(self):  # the model's KV cache, for close()/abort()
