@@ -189,10 +189,12 @@ class Transcript:
             self.created = now_iso()
         try:
             json_path.parent.mkdir(parents=True, exist_ok=True)
-            remove_stale_temps(json_path.parent)  # a save killed mid-write left them
-            # a lone surrogate (pasted, or from an old file) must not make the save raise
-            data = _without_lone_surrogates(self.to_dict())
-            atomic_write_text(json_path, json.dumps(data, ensure_ascii=False, indent=1) + "\n")
+            if json_path.parent not in _SWEPT:  # once per folder and process: a save killed mid-write left them
+                remove_stale_temps(json_path.parent)
+                _SWEPT.add(json_path.parent)
+            # a lone surrogate (pasted, or from an old file) must not make the save raise: one pass over the text
+            text = json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n"
+            atomic_write_text(json_path, _LONE_SURROGATE.sub("\ufffd", text))
             atomic_write_text(md_path, _LONE_SURROGATE.sub("\ufffd", self.to_markdown()))
         except OSError as e:
             raise TranscriptError(f"cannot write transcript {json_path}: {e.strerror or e}") from e
@@ -225,6 +227,7 @@ class Transcript:
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_SWEPT: set[Path] = set()  # transcript folders already cleared of stale temp files
 
 
 def _without_lone_surrogates(value: Any) -> Any:
