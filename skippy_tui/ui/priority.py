@@ -33,8 +33,8 @@ def yield_cpu_to_engine(loop: asyncio.AbstractEventLoop, nice: int = UI_NICE) ->
     """Start the engine's worker threads at normal priority as ``loop``'s default executor,
     then give every other thread of this process the nice value ``nice``.
 
-    Returns False (and changes nothing) where threads cannot be reprioritised
-    (not Linux) or the OS refuses.
+    Returns False where threads cannot be reprioritised (not Linux: nothing
+    changes) or the OS refuses (the engine's pool is in place either way).
     """
     if sys.platform != "linux" or not hasattr(os, "setpriority"):
         return False
@@ -47,6 +47,7 @@ def yield_cpu_to_engine(loop: asyncio.AbstractEventLoop, nice: int = UI_NICE) ->
     except threading.BrokenBarrierError:
         pool.shutdown(wait=False)
         return False
+    loop.set_default_executor(pool)
     engine = {t.native_id for t in threading.enumerate() if t.name.startswith("skippy-engine")}
     try:
         for t in threading.enumerate():
@@ -54,5 +55,4 @@ def yield_cpu_to_engine(loop: asyncio.AbstractEventLoop, nice: int = UI_NICE) ->
                 os.setpriority(os.PRIO_PROCESS, t.native_id, max(nice, os.getpriority(os.PRIO_PROCESS, t.native_id)))
     except OSError:
         return False
-    loop.set_default_executor(pool)
     return True
