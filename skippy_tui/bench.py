@@ -69,7 +69,10 @@ from .bench_core import (
     repeat_seed,
     run_once,
 )
+from .bench_core import fmt as _fmt
 from .bench_core import loadavg as _loadavg
+from .bench_core import ratio as _ratio
+from .bench_core import rounded as _round
 from .engine.adaptive import Costs, break_even_acceptance
 from .engine.bounds import MAX_DRAFT_TOKENS
 from .engine.sampling import SAMPLERS, PenaltyWindow, SamplingParams, candidates, top_ids
@@ -549,14 +552,6 @@ def _model_method(methods: Sequence[Method], k: int, sampler: str) -> Method | N
     )
 
 
-def _round(v: float | None, digits: int = 4) -> float | None:
-    return round(v, digits) if v is not None else None
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return round(a / b, 3) if a is not None and b else None
-
-
 def acceptance_goal(
     cells: dict[str, dict[str, Cell]],
     prompts: Sequence[BenchPrompt],
@@ -857,10 +852,6 @@ def render_identity(report: dict[str, Any]) -> str:
 
 
 # -- text output -------------------------------------------------------------------------
-
-
-def _fmt(v: Any, spec: str = ".2f", none: str = "-") -> str:
-    return none if v is None else format(v, spec)
 
 
 def render_text(report: dict[str, Any]) -> str:

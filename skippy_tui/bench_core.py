@@ -175,3 +175,18 @@ def loadavg() -> float | None:
         return round(os.getloadavg()[0], 2)
     except (AttributeError, OSError):  # pragma: no cover - not Unix
         return None
+
+
+def rounded(v: float | None, digits: int = 4) -> float | None:
+    """``v`` rounded, or None."""
+    return round(v, digits) if v is not None else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """``a / b`` to 3 decimals, or None when either is missing (or ``b`` is 0)."""
+    return round(a / b, 3) if a is not None and b else None
+
+
+def fmt(v: Any, spec: str = ".2f", none: str = "-") -> str:
+    """``v`` formatted for a table, ``none`` when missing."""
+    return none if v is None else format(v, spec)

@@ -29,10 +29,13 @@ from .bench_core import (
     BenchPrompt,
     Progress,
     first_difference,
+    fmt,
     loadavg,
     messages_for,
     prompt_tokens_cap,
+    ratio,
     repeat_seed,
+    rounded,
     run_once,
 )
 from .engine.chat import prompt_tokens
@@ -53,17 +56,13 @@ class ProfileCell:
         plain = statistics.median(self.plain_tps) if self.plain_tps else None
         spec = statistics.median(self.spec_tps) if self.spec_tps else None
         return {
-            "plain_tokens_per_second": _r(plain),
-            "speculative_tokens_per_second": _r(spec),
-            "speedup": _r(spec / plain if plain and spec else None, 3),
+            "plain_tokens_per_second": rounded(plain, 2),
+            "speculative_tokens_per_second": rounded(spec, 2),
+            "speedup": ratio(spec, plain),
             "replies": self.replies,
             "differing_from_plain": len(self.differing),
             "differences": self.differing,
         }
-
-
-def _r(v: float | None, digits: int = 2) -> float | None:
-    return round(v, digits) if v is not None else None
 
 
 def top2_margin(speculator: Any, messages: list[dict[str, str]], reply: Sequence[int], i: int) -> float:
@@ -131,7 +130,7 @@ def run_profiles(
                     messages = messages_for(prompt.text, system)
                     margin = top2_margin(s, messages, plain.token_ids, i) if i < len(plain.token_ids) else None
                     cell.differing.append(
-                        {"prompt": prompt.name, "seed": seed, "index": i, "top2_logit_margin": _r(margin, 4)}
+                        {"prompt": prompt.name, "seed": seed, "index": i, "top2_logit_margin": rounded(margin, 4)}
                     )
                 if progress is not None:
                     progress.update(f"{prompt.name} {name}")
@@ -139,14 +138,10 @@ def run_profiles(
     if "exact" in out and "fast" in out:
         e, f = out["exact"], out["fast"]
         out["fast_over_exact"] = {
-            "plain": _r(_ratio(f["plain_tokens_per_second"], e["plain_tokens_per_second"]), 3),
-            "speculative": _r(_ratio(f["speculative_tokens_per_second"], e["speculative_tokens_per_second"]), 3),
+            "plain": ratio(f["plain_tokens_per_second"], e["plain_tokens_per_second"]),
+            "speculative": ratio(f["speculative_tokens_per_second"], e["speculative_tokens_per_second"]),
         }
     return out
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a and b else None
 
 
 def render_profiles(report: dict[str, Any]) -> str:
@@ -169,23 +164,19 @@ def render_profiles(report: dict[str, Any]) -> str:
             f"{d['prompt']}@{d['index']}: {d['top2_logit_margin']}" if d["top2_logit_margin"] is not None else "-"
             for d in c["differences"]
         )
-        plain, spec_tps = _f(c["plain_tokens_per_second"], ".1f"), _f(c["speculative_tokens_per_second"], ".1f")
+        plain, spec_tps = fmt(c["plain_tokens_per_second"], ".1f"), fmt(c["speculative_tokens_per_second"], ".1f")
         lines.append(
-            f"{name:<8} {plain:>12} {spec_tps:>11} {_f(c['speedup'], '.2f') + '×':>8}"
+            f"{name:<8} {plain:>12} {spec_tps:>11} {fmt(c['speedup'], '.2f') + '×':>8}"
             f"  {c['differing_from_plain']:>3}/{c['replies']:<17} {margins or '-'}"
         )
     fe = prof.get("fast_over_exact")
     if fe:
         lines.append("")
         lines.append(
-            f"fast / exact: plain {_f(fe['plain'], '.2f')}×, speculative {_f(fe['speculative'], '.2f')}× "
+            f"fast / exact: plain {fmt(fe['plain'], '.2f')}×, speculative {fmt(fe['speculative'], '.2f')}× "
             f"(load {meta['loadavg_1min'][0]} → {meta['loadavg_1min'][1]}, {meta['seconds']} s)"
         )
     return "\n".join(lines)
-
-
-def _f(v: float | None, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
 
 
 def load_profiles(cfg: Any, load: Callable[[Any], Any]) -> dict[str, Any]:
