@@ -141,14 +141,28 @@ def test_send_streams_text_and_step_rows(speculator) -> None:
     run(body())
 
 
-def test_stop_mid_reply(speculator) -> None:
+def test_stop_mid_reply(speculator, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Count the steps the engine has yielded, on the worker's side: the UI's own count lags
+    # behind by the messages still queued, and plain steps are a few ms each.
+    yielded = [0]
+    engine_run = speculator.run
+
+    def counting_run(*args: Any, **kwargs: Any) -> Iterator[Event]:
+        for ev in engine_run(*args, **kwargs):
+            yielded[0] += isinstance(ev, StepVerified)
+            yield ev
+
+    monkeypatch.setattr(speculator, "run", counting_run)
+
     async def body() -> None:
         app = SkippyApp(ui_config(max_tokens=400), speculator=speculator)
         async with app.run_test(size=SIZE) as pilot:
             await _send(app, pilot, "Tell me a long story about a dragon and a knight.")
             await wait_until(pilot, lambda: app.panel.timeline.row_count >= 1, 180, "the first step")
-            at_press = len(app._current_entry.steps) + len(app._pending)
             await pilot.press("escape")
+            # the cancel event is set now; the engine may finish the step it is in, no more
+            assert app._cancel.is_set()
+            at_press = yielded[0]
             await wait_until(pilot, lambda: not app.generating, 60, "the reply to stop")
             entry = app.transcript.entries[-1]
             assert entry.finish.reason == "cancelled"
