@@ -2,7 +2,9 @@
 
 The JSON file is the record (messages, every step event in the engine's own
 ``to_dict`` shape, both models' GGUF metadata, the config, versions); the
-Markdown file is the same conversation for reading, with per-reply stats.
+Markdown file is derived from it, for reading, with per-reply stats. It is
+written second, so a crash between the two writes leaves a stale ``.md``
+beside a good ``.json``: opening it rebuilds the ``.md`` whenever it differs.
 ``Transcript.from_dict(t.to_dict()) == t``, so a saved transcript reloads
 equal. Files are written atomically (temporary file in the same folder,
 fsync, rename) in UTF-8. No UI imports here: the app, ``skippy-tui replay``
@@ -201,8 +203,9 @@ class Transcript:
         return json_path, md_path
 
     @classmethod
-    def load(cls, path: Path) -> Transcript:
-        """Read a saved ``.json`` transcript.
+    def load(cls, path: Path, *, repair_markdown: bool = False) -> Transcript:
+        """Read a saved ``.json`` transcript; with ``repair_markdown`` (the app and ``replay``
+        opening a user's file), also rebuild a stale or missing ``.md`` beside it.
 
         Raises:
             TranscriptError: missing, unreadable, not JSON, or not a transcript.
@@ -221,9 +224,31 @@ class Transcript:
         except json.JSONDecodeError as e:
             raise TranscriptError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from e
         try:
-            return cls.from_dict(data)
+            transcript = cls.from_dict(data)
         except TranscriptError as e:
             raise TranscriptError(f"{path}: {e}") from e
+        if repair_markdown:
+            transcript.repair_markdown(path)
+        return transcript
+
+    def repair_markdown(self, json_path: Path) -> bool:
+        """Rewrite the ``.md`` beside ``json_path`` if it is missing or differs from this
+        transcript's Markdown (the ``.json`` is the record). Returns whether it was rewritten.
+
+        A folder that cannot be written is not an error here: the transcript loaded.
+        """
+        md_path = Path(json_path).with_suffix(".md")
+        expected = _LONE_SURROGATE.sub("\ufffd", self.to_markdown())
+        try:
+            if md_path.read_text("utf-8") == expected:
+                return False
+        except (OSError, UnicodeDecodeError):
+            pass  # missing or unreadable: rebuild it
+        try:
+            atomic_write_text(md_path, expected)
+        except OSError:
+            return False
+        return True
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")

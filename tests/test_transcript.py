@@ -276,3 +276,34 @@ def test_null_and_wrongly_typed_fields_are_refused_or_read_as_meant(tmp_path) ->
         broken = [{"role": "assistant", "content": "ok", "events": [finish | {field: bad}]}]
         with pytest.raises(TranscriptError, match=field):
             Transcript.load(_saved(tmp_path, messages=broken))
+
+
+def test_a_crash_between_the_two_writes_is_repaired_from_the_json_on_open(tmp_path: Path) -> None:
+    t = Transcript.load(CHAT_JSON)
+    json_path, md_path = t.save(tmp_path / "chat.json")
+    old_md = md_path.read_text("utf-8")
+    t.entries.append(Entry("user", "one more question"))
+    # the .json write of the next save landed, the process died before the .md one
+    atomic_write_text(json_path, json.dumps(t.to_dict(), ensure_ascii=False))
+    assert Transcript.load(json_path) == t and md_path.read_text("utf-8") == old_md  # a plain load writes nothing
+    opened = Transcript.load(json_path, repair_markdown=True)
+    assert md_path.read_text("utf-8") == opened.to_markdown() != old_md
+    assert "one more question" in md_path.read_text("utf-8")
+    md_path.unlink()  # a missing .md is rebuilt too; an up-to-date one is left alone
+    assert opened.repair_markdown(json_path) and not opened.repair_markdown(json_path)
+    assert md_path.read_text("utf-8") == opened.to_markdown()
+
+
+def test_opening_where_the_markdown_cannot_be_written_still_loads(tmp_path: Path) -> None:
+    json_path, md_path = Transcript.load(CHAT_JSON).save(tmp_path / "chat.json")
+    md_path.unlink()
+    md_path.mkdir()  # unwritable even for root, unlike a read-only folder
+    opened = Transcript.load(json_path, repair_markdown=True)
+    assert opened == Transcript.load(CHAT_JSON) and md_path.is_dir()
+    assert not opened.repair_markdown(json_path)
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_the_fixtures_markdown_is_what_their_json_derives() -> None:
+    for path in (CHAT_JSON, SAMPLED_JSON):
+        assert path.with_suffix(".md").read_text("utf-8") == Transcript.load(path).to_markdown(), path

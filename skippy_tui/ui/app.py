@@ -815,7 +815,7 @@ class SkippyApp(App[None]):
 
     async def open_transcript(self, path: Path) -> None:
         try:
-            transcript = Transcript.load(path)
+            transcript = Transcript.load(path, repair_markdown=True)
         except TranscriptError as e:
             self.notify(str(e), title="Cannot open transcript", severity="error", timeout=10)
             return

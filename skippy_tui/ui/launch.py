@@ -98,7 +98,7 @@ def run_replay(args: argparse.Namespace) -> int:
     from ..transcript import Transcript
     from .app import SkippyApp
 
-    transcript = Transcript.load(args.file)  # TranscriptError: one line, exit 1
+    transcript = Transcript.load(args.file, repair_markdown=True)  # TranscriptError: one line, exit 1
     config, error = _config(args)
     want = bool(getattr(args, "continue_", False))
     app = SkippyApp(
