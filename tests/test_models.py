@@ -10,7 +10,7 @@ import pytest
 
 from skippy_tui.engine.compat import check_compatible
 from skippy_tui.engine.defaults import default_pair
-from skippy_tui.engine.errors import BoundsError, IncompatibleModelsError, ModelFileError
+from skippy_tui.engine.errors import BoundsError, CancelledError, IncompatibleModelsError, ModelFileError
 from skippy_tui.engine.gguf_info import cached_model_info, read_model_info, shard_paths
 from skippy_tui.engine.loader import EngineSpec, check_spec, load_speculator
 from skippy_tui.engine.native import LoadParams
@@ -231,3 +231,30 @@ def test_decoded_logits_rows_are_llama_cpps_rows_in_batch_order(smollm2_q4_1: Pa
     finally:
         ctx.close()
         model.close()
+
+
+@pytest.mark.parametrize("stop_in", ["loading target", "loading draft", "measuring batch invariance"])
+def test_a_cancelled_load_stops_at_once_and_raises(
+    smollm2_f32: Path, smollm2_q4_1: Path, cache_dir: Path, stop_in: str
+) -> None:
+    """Quit during a load: llama.cpp's progress callback says stop, no later stage runs."""
+    stages: list[tuple[str, float]] = []
+    spec = EngineSpec(ModelSpec(smollm2_f32), ModelSpec(smollm2_q4_1), SpeculationSettings(n_draft=4), cache_dir)
+
+    def cancelled() -> bool:
+        return any(s.startswith(stop_in) for s, _ in stages)
+
+    with pytest.raises(CancelledError, match="cancelled"):
+        load_speculator(spec, lambda s, f: stages.append((s, f)), cancelled)
+    first = next(i for i, (s, _) in enumerate(stages) if s.startswith(stop_in))
+    after = stages[first + 1 :]
+    # a model load stops within one callback, before its tensors are all read
+    assert all(s == stages[first][0] for s, _ in after) and len(after) <= 1, after
+    if stop_in.startswith("loading"):
+        assert max(f for s, f in stages if s.startswith(stop_in)) < 1.0
+    # and the same spec loads whole when nobody cancels
+    speculator = load_speculator(spec)
+    try:
+        assert speculator.drafter is not None
+    finally:
+        speculator.close()

@@ -17,9 +17,10 @@ from .chat import template_for
 from .compat import check_compatible
 from .defaults import default_pair
 from .drafters import ModelDrafter
+from .errors import CancelledError, ModelFileError
 from .gguf_info import ModelInfo, cached_model_info
 from .invariance import cached_probe, probe_rows
-from .native import Context, Model
+from .native import Context, LoadParams, Model
 from .settings import ModelSpec, SpeculationSettings, validate_load_params
 from .speculator import Speculator
 
@@ -45,6 +46,10 @@ class EngineSpec:
 
 def _noop(stage: str, fraction: float) -> None:
     pass
+
+
+def _never() -> bool:
+    return False
 
 
 def resolve_paths(spec: EngineSpec, progress: Progress = _noop) -> tuple[Path, Path | None]:
@@ -100,25 +105,46 @@ def check_capacity(spec: EngineSpec, k: int, with_draft: bool) -> None:
     validate_capacity(ContextCapacity("target", t.n_batch, t.n_ubatch), draft, k)
 
 
-def load_speculator(spec: EngineSpec, progress: Progress = _noop) -> Speculator:
+def load_speculator(spec: EngineSpec, progress: Progress = _noop, cancelled: Callable[[], bool] = _never) -> Speculator:
     """Check, then load the target (and draft) and return a ready :class:`Speculator`.
+
+    ``cancelled`` is polled between stages and, through llama.cpp's progress
+    callback, while each model's tensors load (many times a second), so a quit
+    during a load is prompt; deriving the default F32 target cannot be stopped
+    midway (llama.cpp's quantize has no callback).
 
     Raises:
         BoundsError, ModelFileError, IncompatibleModelsError: nothing is left
             allocated when one is raised.
+        CancelledError: ``cancelled()`` became true; nothing is left allocated.
     """
+
+    def checkpoint() -> None:
+        if cancelled():
+            raise CancelledError("model load cancelled")
+
+    def load_model(path: Path, params: LoadParams, stage: str) -> Model:
+        try:
+            return Model(path, params, lambda f: _report(progress, stage, f, cancelled))
+        except ModelFileError:
+            checkpoint()  # llama.cpp's "could not load" after our callback asked it to stop
+            raise
+
     target_path, t_info, draft_path, d_info = check_spec(spec, progress)
+    checkpoint()
     owned: list[Model | Context] = []
     try:
-        t_model = Model(target_path, spec.target.load, lambda f: _report(progress, f"loading target {t_info.name}", f))
+        t_model = load_model(target_path, spec.target.load, f"loading target {t_info.name}")
         owned.append(t_model)
+        checkpoint()
         t_ctx = Context(t_model, spec.target.load)
         owned.append(t_ctx)
         drafter = None
         if draft_path is not None and d_info is not None:
             d_load = spec.draft.load if spec.draft is not None else spec.target.load
-            d_model = Model(draft_path, d_load, lambda f: _report(progress, f"loading draft {d_info.name}", f))
+            d_model = load_model(draft_path, d_load, f"loading draft {d_info.name}")
             owned.append(d_model)
+            checkpoint()
             d_ctx = Context(d_model, d_load)
             owned.append(d_ctx)
             drafter = ModelDrafter(d_model, d_ctx)
@@ -144,7 +170,9 @@ def load_speculator(spec: EngineSpec, progress: Progress = _noop) -> Speculator:
         if speculation.enabled:
             progress("measuring batch invariance", 0.0)
             try:
+                checkpoint()
                 speculator.ensure_exact()
+                checkpoint()
             except BaseException:
                 speculator.close()
                 raise
@@ -171,6 +199,7 @@ def rollback_refusal(target: Model, draft: Model | None) -> str:
     return ""
 
 
-def _report(progress: Progress, stage: str, fraction: float) -> bool:
+def _report(progress: Progress, stage: str, fraction: float, cancelled: Callable[[], bool]) -> bool:
+    """llama.cpp's load progress callback: report, and return False to stop the load."""
     progress(stage, fraction)
-    return True
+    return not cancelled()

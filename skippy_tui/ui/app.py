@@ -171,6 +171,8 @@ class SkippyApp(App[None]):
         self.generating = False
         self._reply_id = 0
         self._cancel = threading.Event()
+        self._load_cancel = threading.Event()  # quit during a load stops it (else exit waits for it)
+        self._load_asked_n_ctx = 0
         self._current: AssistantMessage | None = None
         self._current_entry: Entry | None = None
         self._live_stats = AcceptanceStats()
@@ -284,13 +286,15 @@ class SkippyApp(App[None]):
         self.query_one("#loading").display = True
         self.query_one("#loading-label", Label).update("checking models…")
         self.refresh_bindings()
-        self._load(spec)
+        self._load_cancel = threading.Event()
+        self._load_asked_n_ctx = spec.target.load.n_ctx
+        self._load(spec, self._load_cancel)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="load", name="load")
-    def _load(self, spec: Any) -> Any:
+    def _load(self, spec: Any, cancel: threading.Event) -> Any:
         from ..engine.loader import load_speculator
 
-        return load_speculator(spec, lambda stage, f: self.post_message(LoadProgress(stage, f)))
+        return load_speculator(spec, lambda stage, f: self.post_message(LoadProgress(stage, f)), cancel.is_set)
 
     def on_load_progress(self, msg: LoadProgress) -> None:
         if not self.loading:
@@ -320,6 +324,12 @@ class SkippyApp(App[None]):
                 self.owns_speculator = True
                 self._loaded(worker.result)
                 self.notify("Models loaded. Type a message and press Enter.", timeout=4)
+                if worker.result.n_ctx != self._load_asked_n_ctx:  # llama.cpp pads the KV cache
+                    self.notify(
+                        f"llama.cpp rounded n_ctx {self._load_asked_n_ctx} to {worker.result.n_ctx} tokens.",
+                        title="Context window",
+                        timeout=8,
+                    )
                 inv = worker.result.invariance
                 if inv is not None and inv.note and worker.result.drafter is not None:
                     self.notify(inv.note, title="Verification is row by row", severity="warning", timeout=15)
@@ -327,7 +337,7 @@ class SkippyApp(App[None]):
                 self.loading = False
                 self.query_one("#loading").display = False
                 self.refresh_bindings()
-                if state == WorkerState.ERROR:
+                if state == WorkerState.ERROR and not self._load_cancel.is_set():
                     self._show_error("Could not load the models", worker.error)
         elif worker.group == "generate" and state == WorkerState.ERROR and self.generating:
             # an unexpected exception in the engine thread (SkippyErrors arrive as ReplyFinished)
@@ -625,6 +635,7 @@ class SkippyApp(App[None]):
 
     async def action_quit(self) -> None:
         self._cancel.set()
+        self._load_cancel.set()
         if self.generating and self.speculator is not None:
             self.speculator.abort()
         self.exit(return_code=0)

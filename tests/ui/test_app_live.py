@@ -494,6 +494,25 @@ def test_f5_loads_the_models_into_a_replay_and_continues(smollm2_f32: Path) -> N
         _close_owned(app)
 
 
+def test_a_load_says_when_llama_cpp_rounds_n_ctx(smollm2_f32: Path) -> None:
+    app = SkippyApp(ui_config(target={"n_ctx": 100}), load_models=False)
+
+    async def body() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f5")
+            await wait_until(pilot, lambda: app.speculator is not None, 120, "the models to load")
+            await pilot.pause()
+            n_ctx = app.speculator.n_ctx
+            assert n_ctx > 100  # llama.cpp pads the KV cache to 256
+            notes = [n.message for n in app._notifications]
+            assert f"llama.cpp rounded n_ctx 100 to {n_ctx} tokens." in notes, notes
+
+    try:
+        run(body())
+    finally:
+        _close_owned(app)
+
+
 def test_f4_turns_speculation_off_and_on_again(speculator) -> None:
     speculator.update(n_draft=4, source="model")  # every speculative step proposes
 

@@ -570,3 +570,43 @@ def test_open_transcript_dialog_types_a_path_and_survives_a_malformed_file(tmp_p
             assert "replay chat.json" in str(app.query_one("#status").render())
 
     run(body())
+
+
+def test_quit_during_a_load_stops_the_load_without_an_error_dialog(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl+Q while models load: the loader is told to stop (else the exit waits for the whole load).
+
+    The loader's own stop on real models is tested in test_models; this is the app's wiring.
+    """
+    import threading
+    import time
+
+    from skippy_tui.engine import loader
+    from skippy_tui.engine.errors import CancelledError
+
+    started, stopped = threading.Event(), threading.Event()
+
+    def slow_load(spec, progress, cancelled):  # stands in for a large model's weights being read
+        started.set()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if cancelled():
+                stopped.set()
+                raise CancelledError("model load cancelled")
+            progress("loading target", 0.1)
+            time.sleep(0.05)
+
+    monkeypatch.setattr(loader, "load_speculator", slow_load)
+    app = replay_app()
+    errors: list[str] = []
+    monkeypatch.setattr(app, "_show_error", lambda title, error: errors.append(title))
+
+    async def body() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f5")
+            await wait_until(pilot, started.is_set, 10, "the load to start")
+            assert app.loading
+            await pilot.press("ctrl+q")
+
+    t0 = time.monotonic()
+    run(body())
+    assert stopped.is_set() and time.monotonic() - t0 < 10 and errors == []
