@@ -73,6 +73,7 @@ from .bench_core import fmt as _fmt
 from .bench_core import loadavg as _loadavg
 from .bench_core import ratio as _ratio
 from .bench_core import rounded as _round
+from .cli_common import add_model_flags, config_from_args, stderr_progress
 from .engine.adaptive import Costs, break_even_acceptance
 from .engine.bounds import MAX_DRAFT_TOKENS
 from .engine.sampling import SAMPLERS, PenaltyWindow, SamplingParams, candidates, top_ids
@@ -1068,7 +1069,7 @@ def _sampler_list(text: str) -> tuple[str, ...]:
     return names
 
 
-def add_bench_parser(sub: Any, add_model_flags: Callable[..., None]) -> argparse.ArgumentParser:
+def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``skippy-tui bench`` on the CLI's subparsers."""
     # "resolve": the bench's --sampler (a list) replaces the model flags' single choice
     b = sub.add_parser(
@@ -1111,7 +1112,6 @@ DEFAULT_BENCH_TOKENS = 128
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .cli import _stderr_progress, config_from_args
     from .engine.loader import load_speculator
 
     if args.repeats < 1:
@@ -1154,9 +1154,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if getattr(args, "profiles", False):
         from .bench_profiles import cmd_profiles, render_profiles
 
-        report = cmd_profiles(args, cfg, gen, prompts, base_seed, _stderr_progress)
+        report = cmd_profiles(args, cfg, gen, prompts, base_seed, stderr_progress)
         return _emit(args, report, render_profiles(report))
-    speculator = load_speculator(spec, _stderr_progress() if not args.no_progress else (lambda s, f: None))
+    speculator = load_speculator(spec, stderr_progress() if not args.no_progress else (lambda s, f: None))
     try:
         system = cfg.get("generation", "system_prompt") or ""
         head = {
