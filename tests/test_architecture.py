@@ -152,7 +152,7 @@ def test_the_engine_imports_no_ui_library() -> None:
     assert out.stdout.strip() == "", f"engine pulled in UI modules: {out.stdout}"
 
 
-def test_the_engine_imports_nothing_outside_it_but_config_free_modules() -> None:
+def test_the_engine_imports_nothing_from_outside_the_engine() -> None:
     # the engine is a library: the CLI, the bench, the app and the transcript build on it, never the reverse
     graph = import_graph(module_files(PACKAGE_DIR, "skippy_tui"), "skippy_tui")
     outside = {
