@@ -19,6 +19,7 @@ from .bench_core import ratio as _ratio
 from .bench_core import rounded as _round
 from .bench_suite import DEFAULT, Method, acceptance_k
 from .engine.adaptive import Costs, break_even_acceptance
+from .engine.stats import AcceptanceStats
 
 # The issue's goals (thresholds of the ratios the report computes)
 GOAL_ADAPTIVE = 0.95  # auto >= 0.95 x max(plain, best fixed k), every prompt
@@ -38,11 +39,18 @@ class Cell:
     def tokens_per_second(self) -> float:
         return statistics.median(r.tokens_per_second for r in self.runs) if self.runs else 0.0
 
+    def acceptance(self) -> AcceptanceStats:
+        """The runs' acceptance counts pooled (the engine's accumulator, merged run by run)."""
+        pooled = AcceptanceStats()
+        for r in self.runs:
+            pooled.merge(r.acceptance())
+        return pooled
+
     @property
     def acceptance_rate(self) -> float | None:
-        """Accepted over drafted tokens, pooled over the runs."""
-        drafted = sum(r.n_drafted for r in self.runs)
-        return sum(r.n_accepted for r in self.runs) / drafted if drafted else None
+        """Accepted over drafted tokens, pooled over the runs; None when nothing was drafted."""
+        acc = self.acceptance()
+        return acc.acceptance_rate if acc.n_drafted else None
 
     def first_difference(self, plain: Cell) -> int | None:
         """The first token index where a run differs from plain's run of the same repeat
@@ -53,11 +61,8 @@ class Cell:
 
     def summary(self, plain: Cell | None) -> dict[str, Any]:
         runs = self.runs
-        drafted = sum(r.n_drafted for r in runs)
-        accepted = sum(r.n_accepted for r in runs)
-        spec_steps = sum(r.n_spec_steps for r in runs)
-        d_at = _sum_lists([r.drafted_at for r in runs])
-        a_at = _sum_lists([r.accepted_at for r in runs])
+        acc = self.acceptance()
+        drafted = acc.n_drafted
         tps = self.tokens_per_second
         plain_tps = plain.tokens_per_second if plain is not None else 0.0
         identical, first = None, None
@@ -70,9 +75,10 @@ class Cell:
             "tokens_per_second_runs": [round(r.tokens_per_second, 2) for r in runs],
             "ratio_to_plain": round(tps / plain_tps, 3) if plain_tps > 0 else None,
             "n_tokens": runs[0].n_tokens if runs else 0,
-            "acceptance_rate": round(accepted / drafted, 4) if drafted else None,
-            "mean_accepted_length": round(accepted / spec_steps, 3) if spec_steps else None,
-            "acceptance_by_position": [round(a / d, 3) if d else None for a, d in zip(a_at, d_at)],
+            # None, not AcceptanceStats' 0.0, where nothing was drafted: "no data", not "all rejected"
+            "acceptance_rate": round(acc.acceptance_rate, 4) if drafted else None,
+            "mean_accepted_length": round(acc.mean_accepted_length, 3) if acc.n_spec_steps else None,
+            "acceptance_by_position": [round(a, 3) for a in acc.per_position],
             "draft_ms_per_token": round(sum(r.draft_ms for r in runs) / drafted, 3) if drafted else None,
             "draft_prefill_ms": round(statistics.median(r.draft_prefill_ms for r in runs), 1) if runs else 0.0,
             "mean_k": round(sum(ks) / len(ks), 2) if ks else 0.0,
@@ -81,15 +87,6 @@ class Cell:
             "first_difference": first,
             "errors": sorted({r.error for r in runs if r.reason == "error"}),
         }
-
-
-def _sum_lists(lists: Sequence[Sequence[int]]) -> list[int]:
-    out: list[int] = []
-    for lst in lists:
-        out += [0] * (len(lst) - len(out))
-        for i, v in enumerate(lst):
-            out[i] += v
-    return out
 
 
 def _median(values: Sequence[float]) -> float | None:
