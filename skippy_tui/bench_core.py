@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .engine.sampling import MAX_SEED
+from .engine.stats import AcceptanceStats
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,18 @@ class RunResult:
     draft_prefill_ms: float = 0.0
     seed: int | None = None
 
+    def acceptance(self) -> AcceptanceStats:
+        """This run's acceptance counts as the engine's accumulator (timings left at 0)."""
+        return AcceptanceStats(
+            n_steps=self.n_steps,
+            n_spec_steps=self.n_spec_steps,
+            n_drafted=self.n_drafted,
+            n_accepted=self.n_accepted,
+            n_tokens=self.n_tokens,
+            drafted_at=list(self.drafted_at),
+            accepted_at=list(self.accepted_at),
+        )
+
 
 def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunResult:
     """Generate one reply from an empty cache and collect its measurements."""
@@ -62,12 +75,10 @@ def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunRes
     verify: dict[int, list[float]] = {}
     calls: list[float] = []
     syncs: list[float] = []
-    drafted_at: list[int] = []
-    accepted_at: list[int] = []
+    acc = AcceptanceStats()  # per-position counts, as the engine and the app count them
     ks: list[int] = []
     draft_ms = 0.0
     prev_k = 0
-    n_spec = 0  # steps with a proposal (as AcceptanceStats counts them)
     finish = None
     draft_prefill_ms = 0.0
     for ev in speculator.run(messages, gen):
@@ -76,19 +87,13 @@ def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunRes
         elif ev.type == "step":
             m = len(ev.proposed)
             ks.append(ev.k)
-            n_spec += m > 0
+            acc.add_step(m, ev.n_accepted, 0, step_ms=0.0)  # only the counts are used
             verify.setdefault(m + 1, []).append(ev.verify_ms)
             if ev.k > 0:
                 draft_ms += ev.draft_ms
                 calls.append(ev.draft_ms / max(1, min(ev.k, m + 1)))
                 if prev_k > 0:
                     syncs.append(ev.sync_ms)
-            while len(drafted_at) < m:
-                drafted_at.append(0)
-                accepted_at.append(0)
-            for i in range(m):
-                drafted_at[i] += 1
-                accepted_at[i] += i < ev.n_accepted
             prev_k = ev.k
         elif ev.type == "finish":
             finish = ev
@@ -99,13 +104,13 @@ def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunRes
         n_steps=finish.n_steps,
         n_drafted=finish.n_drafted,
         n_accepted=finish.n_accepted,
-        n_spec_steps=n_spec,
+        n_spec_steps=acc.n_spec_steps,
         draft_ms=draft_ms,
         verify_by_batch=verify,
         draft_call_ms=calls,
         sync_ms=syncs,
-        drafted_at=drafted_at,
-        accepted_at=accepted_at,
+        drafted_at=acc.drafted_at,
+        accepted_at=acc.accepted_at,
         ks=ks,
         token_ids=finish.token_ids,
         reason=finish.reason,

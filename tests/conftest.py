@@ -22,7 +22,7 @@ os.environ.setdefault("SKIPPY_TUI_CACHE_DIR", str(CACHE))
 def pytest_report_header() -> list[str]:
     """The llama.cpp build under test: with ``LLAMAFILE = 1`` verification goes row by row."""
     from skippy_tui.engine.invariance import cpu_model
-    from skippy_tui.engine.native import system_info
+    from skippy_tui.engine.native_devices import system_info
 
     return [f"llama.cpp: {system_info()}", f"cpu: {cpu_model()}"]
 

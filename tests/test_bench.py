@@ -8,26 +8,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from skippy_tui.bench import (
-    SUITE,
-    Cell,
-    IdentityCase,
-    Method,
-    Progress,
-    RunResult,
-    first_difference,
-    identity_summary,
-    methods_for,
-    render_identity,
-    render_text,
-    repeat_seed,
-    resize_row,
-    run_bench,
-    run_greedy_reference,
-    run_identity,
-    sampler_cost,
-    summarise,
-)
+from skippy_tui.bench_core import Progress, RunResult, first_difference, repeat_seed
+from skippy_tui.bench_render import render_identity, render_text
+from skippy_tui.bench_run import run_bench, run_greedy_reference, run_identity
+from skippy_tui.bench_sampler import resize_row, sampler_cost
+from skippy_tui.bench_stats import Cell, IdentityCase, identity_summary, summarise
+from skippy_tui.bench_suite import SUITE, Method, methods_for
 from skippy_tui.cli import build_parser, main
 from skippy_tui.engine.sampling import SamplingParams
 from skippy_tui.engine.settings import GenerationSettings

@@ -12,7 +12,8 @@ from helpers import PROMPTS, Run, assert_verified_in_batches, load, restore, use
 from skippy_tui.engine.drafters import ModelDrafter, Proposal
 from skippy_tui.engine.events import SyncInfo
 from skippy_tui.engine.invariance import cpu_model
-from skippy_tui.engine.native import Context, LoadParams, Model, system_info
+from skippy_tui.engine.native import Context, LoadParams, Model
+from skippy_tui.engine.native_devices import system_info
 from skippy_tui.engine.sampling import SamplingParams
 from skippy_tui.engine.settings import GenerationSettings
 from skippy_tui.engine.speculator import Speculator

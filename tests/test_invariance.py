@@ -15,7 +15,8 @@ import pytest
 from helpers import EXACT, THREADS
 
 from skippy_tui.engine.invariance import cached_probe, cpu_model, variant_build
-from skippy_tui.engine.native import Context, LoadParams, Model, system_info
+from skippy_tui.engine.native import Context, LoadParams, Model
+from skippy_tui.engine.native_devices import system_info
 
 
 def _scan(ctx: Context, rows: int, last: int, every: int) -> list[tuple[int, int, float]]:

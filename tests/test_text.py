@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -155,16 +153,3 @@ def test_sync_labels() -> None:
     assert SyncInfo("extend", 41, 44).label() == "extend 41..44"
     assert SyncInfo("truncate", 38, 44).label() == "truncate 38→44"
     assert SyncInfo("reset", 0, 44).label() == "reset 0..44"
-
-
-def test_the_engine_imports_no_ui_library() -> None:
-    code = (
-        "import sys, pkgutil, importlib, skippy_tui.engine as e\n"
-        "for m in pkgutil.walk_packages(e.__path__, 'skippy_tui.engine.'):\n"
-        "    importlib.import_module(m.name)\n"
-        "import skippy_tui.config\n"
-        "bad = sorted(n for n in sys.modules if n.split('.')[0] in ('textual', 'rich'))\n"
-        "print(','.join(bad))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "", f"engine pulled in UI modules: {out.stdout}"

@@ -34,7 +34,8 @@ from statistics import median
 import numpy as np
 
 from .jsoncache import file_key, read_entry, write_entry
-from .native import Context, LoadParams, backend_name, system_info
+from .native import Context, LoadParams
+from .native_devices import backend_name, system_info
 
 _PROBE_TEXT = "The quick brown fox jumps over the lazy dog, then naps in the warm afternoon sun by the river. "
 _PREFIX = 4

@@ -1,35 +1,27 @@
-"""The thin layer over llama.cpp's C API (through llama-cpp-python's ctypes bindings).
+"""The thin layer over llama.cpp's C API: a model and its contexts.
 
-Everything that touches a native pointer lives here: model and context
-lifetimes, one reusable batch per context, decode with logits at chosen rows,
-KV-cache removal, tokenizing and token pieces. llama.cpp's own log lines are
-captured into a ring buffer (never printed) so errors can quote them.
+Everything that touches a model's or a context's native pointer lives here:
+their lifetimes, one reusable batch per context, decode with logits at chosen
+rows, KV-cache removal, tokenizing and token pieces. The binding, its
+initialisation and log sink are in :mod:`.native_backend`, devices in
+:mod:`.native_devices`, Ctrl+C handling in :mod:`.native_sigint`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
-import signal
-import threading
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .errors import ContextFullError, DecodeError, ModelFileError, SkippyError
-
-try:
-    import llama_cpp as _L
-except ImportError as e:  # pragma: no cover - exercised only on broken installs
-    raise SkippyError(f"llama-cpp-python is not installed or failed to load: {e}") from e
-
-_LOG: deque[str] = deque(maxlen=64)
-_init_lock = threading.Lock()
-_initialised = False
+from .native_backend import clear_log, ensure_backend, recent_log
+from .native_backend import llama_cpp as _L
+from .native_devices import device_handle
+from .native_sigint import deferred_sigint
 
 
 @functools.cache
@@ -68,150 +60,6 @@ def _logits_reader() -> Callable[[int], object]:
     fn.argtypes = [ctypes.c_void_p]
     fn.restype = ctypes.c_void_p
     return fn
-
-
-@contextlib.contextmanager
-def deferred_sigint(on_interrupt: Callable[[], None]) -> Iterator[None]:
-    """Turn Ctrl+C during a native call into ``on_interrupt()``, then KeyboardInterrupt after it.
-
-    Python runs the SIGINT handler inside whatever ctypes callback the C code
-    calls next (abort, progress), where an exception is printed as "Exception
-    ignored" and swallowed. Here the handler only records the interrupt and
-    asks the native code to stop; KeyboardInterrupt is raised once it has
-    returned. A no-op off the main thread or where SIGINT is not Python's
-    default handler (the Textual app reads Ctrl+C as a key).
-
-    Raises:
-        KeyboardInterrupt: Ctrl+C arrived while the block ran.
-    """
-    if threading.current_thread() is not threading.main_thread() or (
-        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-    ):
-        yield
-        return
-    hit: list[bool] = []
-
-    def handler(_signum: int, _frame: object) -> None:
-        hit.append(True)
-        on_interrupt()
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    except BaseException:
-        if hit:
-            raise KeyboardInterrupt from None
-        raise
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if hit:
-        raise KeyboardInterrupt
-
-
-@_L.llama_log_callback
-def _log_sink(level: int, text: bytes, _user: ctypes.c_void_p) -> None:  # pragma: no cover - native callback
-    if text:
-        line = text.decode("utf-8", "replace").rstrip("\n")
-        if line.strip(" ."):
-            _LOG.append(line)
-
-
-def ensure_backend() -> None:
-    """Initialise llama.cpp once per process and route its logs into the ring buffer."""
-    global _initialised
-    with _init_lock:
-        if _initialised:
-            return
-        _L.llama_log_set(_log_sink, ctypes.c_void_p(0))
-        _L.llama_backend_init()
-        _initialised = True
-
-
-def recent_log(n: int = 6) -> str:
-    """The last ``n`` meaningful llama.cpp log lines, for error messages."""
-    lines = [ln for ln in _LOG if "error" in ln.lower() or "failed" in ln.lower()] or list(_LOG)
-    return " | ".join(lines[-n:])
-
-
-# -- devices ---------------------------------------------------------------------------
-
-_DEV_TYPES = {0: "CPU", 1: "GPU", 2: "iGPU", 3: "ACCEL"}
-
-
-@dataclass(frozen=True, slots=True)
-class Device:
-    """A ggml backend device (``name`` is what ``device = "..."`` in config selects)."""
-
-    name: str
-    description: str
-    kind: str
-
-
-@functools.cache
-def _ggml() -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(Path(_L.llama_cpp._base_path) / "libggml.so"))
-    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
-    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
-    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-    lib.ggml_backend_dev_by_name.restype = ctypes.c_void_p
-    lib.ggml_backend_dev_by_name.argtypes = [ctypes.c_char_p]
-    base = ctypes.CDLL(str(Path(_L.llama_cpp._base_path) / "libggml-base.so"))
-    for fn in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
-        getattr(base, fn).restype = ctypes.c_char_p
-        getattr(base, fn).argtypes = [ctypes.c_void_p]
-    base.ggml_backend_dev_type.restype = ctypes.c_int
-    base.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
-    lib._base = base  # type: ignore[attr-defined]
-    return lib
-
-
-def list_devices() -> list[Device]:
-    """The backend devices this llama.cpp build can use (CPU always, GPUs if built in)."""
-    ensure_backend()
-    try:
-        lib = _ggml()
-    except OSError:
-        return [Device("CPU", "CPU", "CPU")]
-    base = lib._base  # type: ignore[attr-defined]
-    out = []
-    for i in range(lib.ggml_backend_dev_count()):
-        dev = lib.ggml_backend_dev_get(i)
-        out.append(
-            Device(
-                (base.ggml_backend_dev_name(dev) or b"?").decode(),
-                (base.ggml_backend_dev_description(dev) or b"").decode(),
-                _DEV_TYPES.get(base.ggml_backend_dev_type(dev), "?"),
-            )
-        )
-    return out
-
-
-def system_info() -> str:
-    """llama.cpp's build and CPU feature line (``LLAMAFILE = 1`` marks batch-variant sgemm)."""
-    ensure_backend()
-    return _L.llama_print_system_info().decode("utf-8", "replace").strip()
-
-
-@functools.cache
-def backend_name() -> str:
-    """``CPU``, ``CUDA``, ``Metal``, ``Vulkan``… — the first non-CPU device's backend, else CPU."""
-    for d in list_devices():
-        if d.kind != "CPU":
-            return d.name.rstrip("0123456789") or d.name
-    return "CPU"
-
-
-def _device_handle(name: str) -> int:
-    ensure_backend()
-    try:
-        lib = _ggml()
-    except OSError as e:
-        raise ModelFileError(f"cannot select device {name!r}: ggml library not found ({e})") from e
-    dev = lib.ggml_backend_dev_by_name(name.encode())
-    if not dev:
-        known = ", ".join(d.name for d in list_devices())
-        raise ModelFileError(f"device {name!r} not found; this build has: {known}")
-    return dev
 
 
 # -- model -----------------------------------------------------------------------------
@@ -286,7 +134,7 @@ class Model:
         )
         devices = None
         if params.device:
-            devices = (ctypes.c_void_p * 2)(_device_handle(params.device), None)
+            devices = (ctypes.c_void_p * 2)(device_handle(params.device), None)
             mp.devices = ctypes.cast(devices, ctypes.c_void_p)
 
         cb_ref = None
@@ -304,7 +152,7 @@ class Model:
 
             cb_ref = _cb
             mp.progress_callback = cb_ref
-        _LOG.clear()
+        clear_log()
         try:
             with deferred_sigint(lambda: interrupted.append(True)):
                 ptr = _L.llama_model_load_from_file(str(path).encode(), mp)
@@ -459,7 +307,7 @@ class Context:
             swa_full=params.swa_full,
             no_perf=True,
         )
-        _LOG.clear()
+        clear_log()
         ptr = _L.llama_init_from_model(model.ptr, cp)
         if not ptr:
             raise ModelFileError(

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import ModelFileError
-from .native import ensure_backend, recent_log
+from .native_backend import ensure_backend, recent_log
 
 FTYPES = {"F32": 0, "F16": 1, "Q8_0": 7, "Q4_0": 2, "Q4_1": 3, "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18}
 _BYTES_PER_WEIGHT = {"F32": 4.0, "F16": 2.0, "Q8_0": 1.0625}

@@ -429,7 +429,7 @@ class SkippyApp(App[None]):
         parts: list[str] = []
         spec = self.speculator
         if spec is not None:
-            from ..engine.native import backend_name
+            from ..engine.native_devices import backend_name
 
             t, d = spec.target_info, spec.draft_info
             parts.append(f"target {short_name(t.name, name_width)} {t.file_type}" if t else "target ?")
@@ -783,7 +783,7 @@ class SkippyApp(App[None]):
         t = self.transcript
         spec = self.speculator
         if spec is not None:
-            from ..engine.native import backend_name
+            from ..engine.native_devices import backend_name
 
             t.models = {
                 "target": spec.target_info.summary() if spec.target_info else None,

@@ -1,14 +1,29 @@
-"""Command palette entries for every app action, with the key that also runs it."""
+"""Command palette entries for every app action, with the key that also runs it.
+
+The provider needs two things from the app — whether an action applies now and
+which key runs it — and asks for them through :class:`CommandHost`, so this
+module never imports the app (which imports it to register the provider).
+"""
 
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-if TYPE_CHECKING:
-    from .app import SkippyApp
+
+class CommandHost(Protocol):
+    """What the palette asks of the app (``SkippyApp`` provides both)."""
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """False when ``action`` does not apply right now (it is then left out)."""
+        ...
+
+    def key_for(self, action: str) -> str:
+        """The key shown beside the command, e.g. ``^r``; empty when it has none."""
+        ...
+
 
 # (title, help, action); the key is looked up from the app's bindings.
 COMMANDS: tuple[tuple[str, str, str], ...] = (
@@ -40,7 +55,7 @@ class SkippyCommands(Provider):
     """The app's own actions (only those that apply right now)."""
 
     def _commands(self) -> list[tuple[str, str, str]]:
-        app: SkippyApp = self.app  # type: ignore[assignment]
+        app: CommandHost = self.app  # type: ignore[assignment]
         out = []
         for title, help_text, action in COMMANDS:
             name = action.split("(")[0]

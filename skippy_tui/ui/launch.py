@@ -11,6 +11,7 @@ from pathlib import Path
 
 import platformdirs
 
+from ..cli_common import config_from_args
 from ..config import APP, Config, ConfigError, config_path
 
 
@@ -56,8 +57,6 @@ def native_stderr_to_log() -> Iterator[Path | None]:
 
 
 def _config(args: argparse.Namespace) -> tuple[Config, ConfigError | None]:
-    from ..cli import config_from_args
-
     try:
         return config_from_args(args), None
     except ConfigError as e:

@@ -1,0 +1,368 @@
+"""The bench's results and their statistics: cells of runs, per-prompt summaries, costs, goals.
+
+Per-step acceptance is accounted by :class:`~skippy_tui.engine.stats.AcceptanceStats`,
+the same accumulator the engine and the app use; this module only pools and
+rounds it into the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .bench_core import BenchPrompt, RunResult, first_difference
+from .bench_core import ratio as _ratio
+from .bench_core import rounded as _round
+from .bench_suite import DEFAULT, Method, acceptance_k
+from .engine.adaptive import Costs, break_even_acceptance
+from .engine.stats import AcceptanceStats
+
+# The issue's goals (thresholds of the ratios the report computes)
+GOAL_ADAPTIVE = 0.95  # auto >= 0.95 x max(plain, best fixed k), every prompt
+GOAL_DEFAULT = 0.95  # the default configuration >= 0.95 x the best other method, and >= plain, every prompt
+GOAL_NGRAM_REWRITE = 1.5  # n-gram >= 1.5 x plain on rewrite prompts
+GOAL_BEST_FIXED = 1.05  # sampled: best fixed k >= 1.05 x plain, every prompt
+GOAL_ACCEPTANCE = 0.85  # sampled: coupled acceptance at k=4 >= 0.85 x greedy acceptance
+
+
+@dataclass
+class Cell:
+    """All repeats of one (prompt, method)."""
+
+    runs: list[RunResult] = field(default_factory=list)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return statistics.median(r.tokens_per_second for r in self.runs) if self.runs else 0.0
+
+    def acceptance(self) -> AcceptanceStats:
+        """The runs' acceptance counts pooled (the engine's accumulator, merged run by run)."""
+        pooled = AcceptanceStats()
+        for r in self.runs:
+            pooled.merge(r.acceptance())
+        return pooled
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted over drafted tokens, pooled over the runs; None when nothing was drafted."""
+        acc = self.acceptance()
+        return acc.acceptance_rate if acc.n_drafted else None
+
+    def first_difference(self, plain: Cell) -> int | None:
+        """The first token index where a run differs from plain's run of the same repeat
+        (same seed), over all repeats; ``None`` when every run is token-identical."""
+        diffs = [first_difference(p.token_ids, r.token_ids) for r, p in zip(self.runs, plain.runs)]
+        diffs = [d for d in diffs if d is not None]
+        return min(diffs) if diffs else None
+
+    def summary(self, plain: Cell | None) -> dict[str, Any]:
+        runs = self.runs
+        acc = self.acceptance()
+        drafted = acc.n_drafted
+        tps = self.tokens_per_second
+        plain_tps = plain.tokens_per_second if plain is not None else 0.0
+        identical, first = None, None
+        if plain is not None and plain.runs and runs:
+            first = self.first_difference(plain)
+            identical = first is None
+        ks = [k for r in runs for k in r.ks]
+        return {
+            "tokens_per_second": round(tps, 2),
+            "tokens_per_second_runs": [round(r.tokens_per_second, 2) for r in runs],
+            "ratio_to_plain": round(tps / plain_tps, 3) if plain_tps > 0 else None,
+            "n_tokens": runs[0].n_tokens if runs else 0,
+            # None, not AcceptanceStats' 0.0, where nothing was drafted: "no data", not "all rejected"
+            "acceptance_rate": round(acc.acceptance_rate, 4) if drafted else None,
+            "mean_accepted_length": round(acc.mean_accepted_length, 3) if acc.n_spec_steps else None,
+            "acceptance_by_position": [round(a, 3) for a in acc.per_position],
+            "draft_ms_per_token": round(sum(r.draft_ms for r in runs) / drafted, 3) if drafted else None,
+            "draft_prefill_ms": round(statistics.median(r.draft_prefill_ms for r in runs), 1) if runs else 0.0,
+            "mean_k": round(sum(ks) / len(ks), 2) if ks else 0.0,
+            "plain_step_share": round(sum(1 for k in ks if k == 0) / len(ks), 3) if ks else 0.0,
+            "identical_to_plain": identical,
+            "first_difference": first,
+            "errors": sorted({r.error for r in runs if r.reason == "error"}),
+        }
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def cost_summary(cells: dict[str, dict[str, Cell]], ks: Sequence[int], methods: Sequence[Method]) -> dict[str, Any]:
+    """Verify ms by batch size, draft ms per token, sync ms, break-even acceptance per k
+    (from the main columns: a second sampler's draft and verify rows cost otherwise)."""
+    verify: dict[int, list[float]] = {}
+    model_calls: list[float] = []
+    ngram_calls: list[float] = []
+    syncs: list[float] = []
+    prefills: list[float] = []
+    main = {m.name for m in methods if not m.variant}
+    for row in cells.values():
+        for name, cell in row.items():
+            if name not in main:
+                continue
+            for run in cell.runs:
+                for b, v in run.verify_by_batch.items():
+                    verify.setdefault(b, []).extend(v)
+                if name.startswith("k=") or name == "auto":
+                    model_calls += run.draft_call_ms
+                    syncs += run.sync_ms
+                    if run.draft_prefill_ms > 0:
+                        prefills.append(run.draft_prefill_ms)
+                elif name == "ngram":
+                    ngram_calls += run.draft_call_ms
+    verify_ms = {b: round(statistics.median(v), 2) for b, v in sorted(verify.items())}
+    draft = _median(model_calls)
+    out: dict[str, Any] = {
+        "verify_ms_by_batch": verify_ms,
+        "verify_samples_by_batch": {b: len(v) for b, v in sorted(verify.items())},
+        "draft_ms_per_token": round(draft, 3) if draft is not None else None,
+        "ngram_ms_per_lookup": round(_median(ngram_calls), 4) if ngram_calls else None,
+        "sync_ms_per_step": round(_median(syncs), 3) if syncs else None,
+        "draft_prefill_ms": round(_median(prefills), 1) if prefills else None,
+        "break_even_acceptance": {},
+    }
+    if draft is None or 1 not in verify_ms:
+        return out
+    top = max(ks) + 1
+    known = sorted(verify_ms)
+    table = [_interp(verify_ms, known, b) for b in range(1, top + 1)]
+    costs = Costs(table, draft, _median(syncs) or draft, 0.0)
+    for k in ks:
+        be = break_even_acceptance(k, costs)
+        out["break_even_acceptance"][k] = round(be, 3) if be is not None else None
+    return out
+
+
+def _interp(v: dict[int, float], known: list[int], b: int) -> float:
+    if b in v:
+        return v[b]
+    lo = max((x for x in known if x < b), default=None)
+    hi = min((x for x in known if x > b), default=None)
+    if lo is None:
+        return v[hi]  # type: ignore[index]
+    if hi is None:
+        return v[lo]
+    return v[lo] + (v[hi] - v[lo]) * (b - lo) / (hi - lo)
+
+
+def summarise(
+    cells: dict[str, dict[str, Cell]],
+    prompts: Sequence[BenchPrompt],
+    methods: Sequence[Method],
+    ks: Sequence[int],
+    greedy: bool,
+    greedy_ref: dict[str, Cell] | None = None,
+) -> dict[str, Any]:
+    """The JSON-ready report: per-prompt results, costs, best k and the issues' goals.
+
+    ``greedy_ref``: greedy runs at ``acceptance_k(ks)`` per prompt (sampled benches),
+    the reference of the acceptance goal.
+    """
+    results: dict[str, dict[str, Any]] = {}
+    best: dict[str, Any] = {}
+    adaptive_ok: dict[str, Any] = {}
+    ngram_ok: dict[str, Any] = {}
+    default_ok: dict[str, Any] = {}
+    for p in prompts:
+        row = cells[p.name]
+        plain = row.get("plain")
+        results[p.name] = {m.name: {**row[m.name].summary(plain), "sampler": m.sampler} for m in methods}
+        plain_tps = plain.tokens_per_second if plain else 0.0
+        fixed = {k: row[f"k={k}"].tokens_per_second for k in ks if f"k={k}" in row}
+        if fixed:
+            kb = max(fixed, key=lambda k: fixed[k])
+            best[p.name] = {"k": kb, "tokens_per_second": round(fixed[kb], 2)}
+            best[p.name]["ratio_to_plain"] = round(fixed[kb] / plain_tps, 3) if plain_tps else None
+            if "auto" in row:
+                ref = max(plain_tps, fixed[kb])
+                ratio = row["auto"].tokens_per_second / ref if ref else None
+                met = bool(ratio and ratio >= GOAL_ADAPTIVE)
+                adaptive_ok[p.name] = {"ratio": round(ratio, 3) if ratio else None, "met": met}
+        if greedy and p.kind == "rewrite" and "ngram" in row and plain_tps:
+            # a copy only at temperature 0: sampled text drifts from the source it rewrites
+            ratio = row["ngram"].tokens_per_second / plain_tps
+            ngram_ok[p.name] = {"ratio": round(ratio, 3), "met": ratio >= GOAL_NGRAM_REWRITE}
+        if DEFAULT in row and plain_tps:
+            others = {m.name: row[m.name].tokens_per_second for m in methods if m.name != DEFAULT and not m.variant}
+            best_other = max(others, key=lambda n: others[n])
+            mine = row[DEFAULT].tokens_per_second
+            ratio = mine / others[best_other] if others[best_other] else None
+            default_ok[p.name] = {
+                "ratio": round(ratio, 3) if ratio else None,
+                "best_other": best_other,
+                "ratio_to_plain": round(mine / plain_tps, 3),
+                "met": bool(ratio and ratio >= GOAL_DEFAULT and mine >= plain_tps),
+            }
+    same, total = identity_counts(cells, prompts, methods, greedy)
+    best_ok = {} if greedy else best_fixed_goal(best)
+    acceptance = None if greedy else acceptance_goal(cells, prompts, methods, greedy_ref, acceptance_k(ks))
+    goals = {
+        "adaptive_vs_best": adaptive_ok,
+        "adaptive_met": all(v["met"] for v in adaptive_ok.values()) if adaptive_ok else None,
+        "ngram_rewrite_vs_plain": ngram_ok,
+        "ngram_met": all(v["met"] for v in ngram_ok.values()) if ngram_ok else None,
+        "default_vs_best": default_ok,
+        "default_met": all(v["met"] for v in default_ok.values()) if default_ok else None,
+        "identical_met": same == total if total else None,
+        "identical_runs": {"identical": same, "total": total},
+        "best_fixed_vs_plain": best_ok,
+        "best_fixed_met": all(v["met"] for v in best_ok.values()) if best_ok else None,
+        "acceptance_vs_greedy": acceptance,
+        "acceptance_met": acceptance["met"] if acceptance else None,
+    }
+    geo = {}
+    for m in methods:
+        ratios = [results[p.name][m.name]["ratio_to_plain"] for p in prompts]
+        ratios = [r for r in ratios if r]
+        geo[m.name] = round(math.exp(sum(math.log(r) for r in ratios) / len(ratios)), 3) if ratios else None
+    return {
+        "results": results,
+        "geomean_ratio_to_plain": geo,
+        "best_fixed_k": best,
+        "costs": cost_summary(cells, ks, methods),
+        "goals": goals,
+    }
+
+
+def expects_identity(method: Method, greedy: bool) -> bool:
+    """Must this method's output equal plain's at the same seed? Greedy: always;
+    sampled: under the coupled sampler (rejection keeps the distribution only)."""
+    return method.name != "plain" and (greedy or method.sampler == "coupled")
+
+
+def identity_counts(
+    cells: dict[str, dict[str, Cell]], prompts: Sequence[BenchPrompt], methods: Sequence[Method], greedy: bool
+) -> tuple[int, int]:
+    """``(identical, total)`` runs among those expected to equal plain's run of their repeat."""
+    same = total = 0
+    for p in prompts:
+        plain = cells[p.name].get("plain")
+        if plain is None:
+            continue
+        for m in methods:
+            if expects_identity(m, greedy):
+                pairs = list(zip(cells[p.name][m.name].runs, plain.runs))
+                total += len(pairs)
+                same += sum(r.token_ids == ref.token_ids for r, ref in pairs)
+    return same, total
+
+
+def best_fixed_goal(best: dict[str, Any]) -> dict[str, Any]:
+    """Per prompt: the best fixed k's ratio to plain against the sampled goal."""
+    return {
+        p: {
+            "k": b["k"],
+            "ratio": b["ratio_to_plain"],
+            "met": bool(b["ratio_to_plain"] and b["ratio_to_plain"] >= GOAL_BEST_FIXED),
+        }
+        for p, b in best.items()
+    }
+
+
+def _model_method(methods: Sequence[Method], k: int, sampler: str) -> Method | None:
+    return next(
+        (
+            m
+            for m in methods
+            if m.settings.get("source") == "model" and m.settings.get("n_draft") == k and m.sampler == sampler
+        ),
+        None,
+    )
+
+
+def acceptance_goal(
+    cells: dict[str, dict[str, Cell]],
+    prompts: Sequence[BenchPrompt],
+    methods: Sequence[Method],
+    greedy_ref: dict[str, Cell] | None,
+    k: int,
+) -> dict[str, Any] | None:
+    """Coupled acceptance at k over greedy acceptance at k on the same prompts
+    (pooled over prompts for the goal; per prompt, and rejection's, for reading)."""
+    coupled = _model_method(methods, k, "coupled")
+    if coupled is None or not greedy_ref:
+        return None
+    rejection = _model_method(methods, k, "rejection")
+
+    def rates(cell_of: Callable[[str], Cell]) -> tuple[float | None, dict[str, float | None]]:
+        per = {p.name: cell_of(p.name).acceptance_rate for p in prompts}
+        return Cell([r for p in prompts for r in cell_of(p.name).runs]).acceptance_rate, per
+
+    c_all, c_per = rates(lambda p: cells[p][coupled.name])
+    g_all, g_per = rates(lambda p: greedy_ref[p])
+    r_all, r_per = rates(lambda p: cells[p][rejection.name]) if rejection else (None, {})
+    ratio = _ratio(c_all, g_all)
+    out: dict[str, Any] = {
+        "k": k,
+        "coupled": _round(c_all),
+        "greedy": _round(g_all),
+        "rejection": _round(r_all),
+        "ratio": ratio,
+        "met": ratio is not None and ratio >= GOAL_ACCEPTANCE,
+        "prompts": {},
+    }
+    for p in prompts:
+        entry = {"coupled": _round(c_per[p.name]), "greedy": _round(g_per[p.name])}
+        if rejection:
+            entry["rejection"] = _round(r_per[p.name])
+        entry["ratio"] = _ratio(c_per[p.name], g_per[p.name])
+        out["prompts"][p.name] = entry
+    return out
+
+
+@dataclass(frozen=True)
+class IdentityCase:
+    """One speculative reply of the grid against plain sampling with the same seed."""
+
+    prompt: str
+    sampler: str
+    source: str
+    k: int | str
+    penalties: str
+    seed: int
+    first_difference: int | None
+    n_tokens: int
+    error: str = ""
+
+    @property
+    def identical(self) -> bool:
+        return self.first_difference is None and not self.error
+
+
+def identity_summary(cases: Sequence[IdentityCase], greedy: bool) -> dict[str, Any]:
+    """Identity share per (sampler, source, k, penalties) and overall; the mismatches.
+
+    ``met``: every case expected to be identical is (greedy, or the coupled
+    sampler); ``None`` when none is expected (rejection only).
+    """
+    grid: dict[tuple[str, str, str, str], list[IdentityCase]] = {}
+    for c in cases:
+        grid.setdefault((c.sampler, c.source, str(c.k), c.penalties), []).append(c)
+    rows = []
+    for (sampler, source, _, pen), group in grid.items():
+        same = sum(c.identical for c in group)
+        rows.append(
+            {"sampler": sampler, "source": source, "k": group[0].k, "penalties": pen,
+             "identical": same, "total": len(group), "share": round(same / len(group), 4)}
+        )  # fmt: skip
+    expected = [c for c in cases if greedy or c.sampler == "coupled"]
+    return {
+        "grid": rows,
+        "overall": _share(expected or cases),  # the cases that must be identical, when there are any
+        "by_sampler": {
+            s: _share([c for c in cases if c.sampler == s]) for s in dict.fromkeys(c.sampler for c in cases)
+        },
+        "met": all(c.identical for c in expected) if expected else None,
+        "mismatches": [dataclasses.asdict(c) for c in cases if not c.identical],
+    }
+
+
+def _share(cases: Sequence[IdentityCase]) -> dict[str, Any]:
+    same = sum(c.identical for c in cases)
+    return {"identical": same, "total": len(cases), "share": round(same / len(cases), 4) if cases else None}

@@ -1,0 +1,100 @@
+"""ggml's backend devices (CPU, CUDA0, Metal…), listed through libggml directly.
+
+llama-cpp-python binds llama.h only; the device registry lives in
+``libggml``/``libggml-base``, loaded here by path next to the binding's own
+library. :func:`device_handle` is what a model's ``device = "..."`` selects.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ModelFileError
+from .native_backend import ensure_backend
+from .native_backend import llama_cpp as _L
+
+_DEV_TYPES = {0: "CPU", 1: "GPU", 2: "iGPU", 3: "ACCEL"}
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """A ggml backend device (``name`` is what ``device = "..."`` in config selects)."""
+
+    name: str
+    description: str
+    kind: str
+
+
+@functools.cache
+def _ggml() -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(Path(_L.llama_cpp._base_path) / "libggml.so"))
+    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    lib.ggml_backend_dev_by_name.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_by_name.argtypes = [ctypes.c_char_p]
+    base = ctypes.CDLL(str(Path(_L.llama_cpp._base_path) / "libggml-base.so"))
+    for fn in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
+        getattr(base, fn).restype = ctypes.c_char_p
+        getattr(base, fn).argtypes = [ctypes.c_void_p]
+    base.ggml_backend_dev_type.restype = ctypes.c_int
+    base.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    lib._base = base  # type: ignore[attr-defined]
+    return lib
+
+
+def list_devices() -> list[Device]:
+    """The backend devices this llama.cpp build can use (CPU always, GPUs if built in)."""
+    ensure_backend()
+    try:
+        lib = _ggml()
+    except OSError:
+        return [Device("CPU", "CPU", "CPU")]
+    base = lib._base  # type: ignore[attr-defined]
+    out = []
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        out.append(
+            Device(
+                (base.ggml_backend_dev_name(dev) or b"?").decode(),
+                (base.ggml_backend_dev_description(dev) or b"").decode(),
+                _DEV_TYPES.get(base.ggml_backend_dev_type(dev), "?"),
+            )
+        )
+    return out
+
+
+def system_info() -> str:
+    """llama.cpp's build and CPU feature line (``LLAMAFILE = 1`` marks batch-variant sgemm)."""
+    ensure_backend()
+    return _L.llama_print_system_info().decode("utf-8", "replace").strip()
+
+
+@functools.cache
+def backend_name() -> str:
+    """``CPU``, ``CUDA``, ``Metal``, ``Vulkan``… — the first non-CPU device's backend, else CPU."""
+    for d in list_devices():
+        if d.kind != "CPU":
+            return d.name.rstrip("0123456789") or d.name
+    return "CPU"
+
+
+def device_handle(name: str) -> int:
+    """The ``ggml_backend_dev_t`` pointer of device ``name``, for a model's device list.
+
+    Raises:
+        ModelFileError: no ggml library, or no device of that name (the message lists those there are).
+    """
+    ensure_backend()
+    try:
+        lib = _ggml()
+    except OSError as e:
+        raise ModelFileError(f"cannot select device {name!r}: ggml library not found ({e})") from e
+    dev = lib.ggml_backend_dev_by_name(name.encode())
+    if not dev:
+        known = ", ".join(d.name for d in list_devices())
+        raise ModelFileError(f"device {name!r} not found; this build has: {known}")
+    return dev
