@@ -217,6 +217,8 @@ def describe(path: Path, shards: tuple[Path, ...], cache_dir: Path | None) -> Li
     except OSError as e:  # a dangling link, a file gone since the walk, a folder we cannot stat
         why = "dangling symlink to " + os.readlink(path) if path.is_symlink() and not path.exists() else e.strerror
         return LibraryEntry(path, shards, stem, error=str(why or e))
+    if not os.access(path, os.R_OK):  # not cached: a chmod changes no mtime, so the reason would stick
+        return LibraryEntry(path, shards, stem, error="permission denied (not readable)")
     entry_file = cache_dir / "library" / f"{key}.json" if cache_dir is not None else None
     if entry_file is not None:
         cached = _from_cache(read_entry(entry_file), path, shards)

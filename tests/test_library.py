@@ -154,6 +154,20 @@ def test_a_copied_file_that_changes_is_described_anew(tmp_path: Path, cache_dir:
     assert e.broken and "not a GGUF file" in (e.error or "")
 
 
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a chmod 000 file anyway")
+def test_an_unreadable_file_is_broken_until_it_is_readable_again(tmp_path: Path, cache_dir: Path) -> None:
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    path = lib / "m.gguf"
+    write_gguf(path, range(2), [f"t{i}" for i in range(8)], name="locked")
+    path.chmod(0)
+    (e,) = scan([lib], cache_dir)
+    assert e.error == "permission denied (not readable)"
+    path.chmod(0o644)  # same mtime: the reason must not have been cached
+    (e,) = scan([lib], cache_dir)
+    assert (e.name, e.broken) == ("locked", False)
+
+
 def test_models_command_prints_a_table_and_json(
     tmp_path: Path, smollm2_q4_1: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
