@@ -151,6 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_flags(r, sub=True)
     r.set_defaults(func=cmd_run)
     add_bench_parser(sub)
+    from .drafts import add_drafts_parser
+    from .library import add_models_parser
+
+    add_models_parser(sub)
+    add_drafts_parser(sub)
     rp = sub.add_parser("replay", help="open the app on a saved transcript and its recorded steps, no models")
     rp.add_argument("file", type=Path, metavar="FILE.json", help="a transcript saved by the app")
     rp.add_argument(

@@ -95,6 +95,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "frequency_penalty": 0.0,
     },
     "generation": {"max_tokens": 512, "stop": [], "system_prompt": ""},
+    "library": {"dirs": []},
     "ui": {"theme": "skippy-dark", "color_origin": False, "autosave": False, "transcript_dir": "", "yield_cpu": True},
 }
 

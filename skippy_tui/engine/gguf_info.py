@@ -16,6 +16,10 @@ from .errors import ModelFileError
 _SHARD_RE = re.compile(r"^(?P<stem>.*)-(?P<idx>\d{5})-of-(?P<count>\d{5})\.gguf$")
 _BLOCK_RE = re.compile(r"^blk\.(\d+)\.")
 
+CACHE_VERSION = 2
+"""Part of the header cache's key: bumped when :class:`ModelInfo` gains a field (2: ``n_params``),
+so entries of an older version are never read (nor overwritten by it, where both run)."""
+
 # llama.cpp's tokenizer.ggml.model values and the vocab kinds they stand for
 VOCAB_KINDS = {"llama": "SPM", "gpt2": "BPE", "bert": "WPM", "t5": "UGM", "rwkv": "RWKV", "plamo2": "PLaMo2"}
 
@@ -25,8 +29,10 @@ class ModelInfo:
     """What one GGUF model is, from its header(s).
 
     ``n_layer`` is counted from ``blk.N.*`` tensor names across every shard of a
-    split model. ``tokens`` are the vocabulary's token texts by id. Special ids
-    are ``None`` when the file does not set them. Sizes are in bytes.
+    split model, ``n_params`` is the element count of all its tensors (``None``
+    only where a caller built the object without it). ``tokens`` are the
+    vocabulary's token texts by id. Special ids are ``None`` when the file does
+    not set them. Sizes are in bytes.
     """
 
     path: Path
@@ -45,6 +51,7 @@ class ModelInfo:
     context_length: int | None
     size_bytes: int
     tokens: tuple[str, ...] = field(repr=False)
+    n_params: int | None = None
 
     @property
     def vocab_kind(self) -> str:
@@ -65,6 +72,7 @@ class ModelInfo:
             "eot_id": self.eot_id,
             "context_length": self.context_length,
             "size_bytes": self.size_bytes,
+            "n_params": self.n_params,
             "shards": len(self.shards),
         }
 
@@ -132,13 +140,14 @@ def read_model_info(path: str | Path) -> ModelInfo:
         arch = _field(reader, "general.architecture")
         tokens = _field(reader, "tokenizer.ggml.tokens")
         max_block = -1
-        for i, shard in enumerate(shards):
+        n_params = 0
+        for shard in shards:
             r = reader if shard == p else GGUFReader(shard, "r")
             for t in r.tensors:
+                n_params += int(t.n_elements)
                 bm = _BLOCK_RE.match(t.name)
                 if bm:
                     max_block = max(max_block, int(bm.group(1)))
-            del i
     except (ValueError, OSError, IndexError, KeyError, UnicodeDecodeError) as e:
         raise ModelFileError(f"corrupt or unsupported GGUF file {p}: {e}") from e
     if not arch:
@@ -167,11 +176,12 @@ def read_model_info(path: str | Path) -> ModelInfo:
         context_length=_field(reader, f"{arch}.context_length"),
         size_bytes=sum(s.stat().st_size for s in shards),
         tokens=tuple(tokens),
+        n_params=n_params,
     )
 
 
 def cached_model_info(path: str | Path, cache_dir: Path | None) -> ModelInfo:
-    """:func:`read_model_info`, memoised on disk by (path, size, mtime).
+    """:func:`read_model_info`, memoised on disk by (path, size, mtime) of every shard.
 
     Parsing a large vocabulary with ``gguf`` takes seconds (about 15 s for
     262,144 tokens on a 2-core machine); the cache makes later starts instant.
@@ -185,7 +195,8 @@ def cached_model_info(path: str | Path, cache_dir: Path | None) -> ModelInfo:
     p = Path(path).expanduser()
     if cache_dir is None or not p.is_file():
         return read_model_info(p)
-    entry = cache_dir / f"{file_key(p)}.json"
+    # every shard is in the key: a re-downloaded second shard changes the size and n_params
+    entry = cache_dir / f"{file_key(p, CACHE_VERSION, *(file_key(s) for s in shard_paths(p)[1:]))}.json"
     data = read_entry(entry)
     try:
         data["path"] = Path(data["path"])
