@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -52,6 +53,14 @@ def test_the_header_cache_returns_the_same_info(smollm2_q4_1: Path, tmp_path: Pa
     for f in tmp_path.glob("*.json"):
         f.write_text("{not json")
     assert cached_model_info(smollm2_q4_1, tmp_path) == first
+    # the entry is keyed by the resolved file: read through a symlink, the paths are the symlink's
+    link = tmp_path / "links" / "draft.gguf"
+    link.parent.mkdir()
+    link.symlink_to(smollm2_q4_1)
+    via_link = cached_model_info(link, tmp_path)
+    assert (via_link.path, via_link.shards) == (link, (link,))
+    assert cached_model_info(smollm2_q4_1, tmp_path).shards == (smollm2_q4_1,)
+    assert dataclasses.replace(via_link, path=first.path, shards=first.shards) == first
 
 
 def test_layer_count_spans_every_shard_of_a_split_model(tmp_path: Path) -> None:

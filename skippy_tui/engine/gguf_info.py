@@ -199,8 +199,10 @@ def cached_model_info(path: str | Path, cache_dir: Path | None) -> ModelInfo:
     entry = cache_dir / f"{file_key(p, CACHE_VERSION, *(file_key(s) for s in shard_paths(p)[1:]))}.json"
     data = read_entry(entry)
     try:
-        data["path"] = Path(data["path"])
-        data["shards"] = tuple(Path(s) for s in data["shards"])
+        # the key is the resolved file: the entry may have been written through another
+        # name (a symlink), so the paths are this call's, never the cached ones
+        data["path"] = p
+        data["shards"] = tuple(shard_paths(p))
         data["tokens"] = tuple(data["tokens"])
         return ModelInfo(**data)
     except (ValueError, TypeError, KeyError):
