@@ -291,3 +291,63 @@ def test_run_with_an_unreachable_server_exits_1_with_one_line(tmp_path: Path) ->
     assert r.stderr.strip().splitlines()[-1] == (
         f"skippy-tui: error: cannot connect to RPC server 127.0.0.1:{port}: Connection refused"
     )
+
+
+def test_app_names_the_remote_device_survives_the_server_dying_mid_reply_and_reloads_with_f5(
+    server: Server, smollm2_f32: Path
+) -> None:
+    import asyncio
+    import re
+
+    from skippy_tui.config import Config
+    from skippy_tui.ui.app import SkippyApp
+
+    cfg = Config()
+    for section, key, value in (
+        ("generation", "max_tokens", 300),
+        ("target", "threads", 1),
+        ("target", "threads_batch", 1),
+        ("target", "rpc", [server.endpoint]),
+        ("draft", "rpc", []),  # the draft stays local
+    ):
+        cfg.set(section, key, value)
+
+    async def until(pilot: object, cond: object, what: str, timeout: float = 180) -> None:
+        t0 = time.monotonic()
+        while not cond():  # type: ignore[operator]
+            assert time.monotonic() - t0 < timeout, f"timed out waiting for {what}"
+            await pilot.pause(0.05)  # type: ignore[attr-defined]
+
+    def status(app: SkippyApp) -> str:
+        return str(app.query_one("#status").render())
+
+    async def body() -> None:
+        app = SkippyApp(cfg)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await until(pilot, lambda: app.speculator is not None, "the models to load")
+            assert re.search(rf"CPU \+ RPC\d+@{re.escape(server.endpoint)}", status(app)), status(app)
+            app.prompt.load_text("Tell me a long story about a dragon and a knight.")
+            await pilot.press("enter")
+            await until(pilot, lambda: app._current_entry is not None and len(app._current_entry.steps) >= 2, "steps")
+            server.kill()
+            await until(pilot, lambda: not app.generating, "the reply to end")
+            # the conversation stays: the question and what streamed before the loss
+            user, reply = app.transcript.entries[-2:]
+            assert user.role == "user" and user.content.startswith("Tell me a long story")
+            assert reply.finish is not None and reply.finish.reason == "error"
+            assert f"RPC server {server.endpoint} stopped answering" in reply.finish.error
+            assert reply.content == reply.finish.text and reply.content
+            assert app.speculator is None and not app.loading  # unloaded, the app usable
+            # the server is back: F5 loads again and the conversation goes on
+            server.start()
+            await pilot.press("f5")
+            await until(pilot, lambda: app.speculator is not None, "the models to load again")
+            app.generation = dataclasses.replace(app.generation, max_tokens=6)
+            n = len(app.transcript.entries)
+            app.prompt.load_text("Thanks!")
+            await pilot.press("enter")
+            await until(pilot, lambda: not app.generating and len(app.transcript.entries) == n + 2, "the next reply")
+            fin = app.transcript.entries[-1].finish
+            assert fin is not None and fin.reason in ("max_tokens", "eos") and fin.text
+
+    asyncio.run(body())

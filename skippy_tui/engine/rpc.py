@@ -365,10 +365,18 @@ def status_label(models: Iterable[Any]) -> str:
     return " ".join(seen)
 
 
+def _models(speculator: Any) -> list[Any]:
+    cache = getattr(speculator.model_drafter or speculator.drafter, "cache", None)
+    return [speculator.target] + ([cache.ctx.model] if cache is not None else [])
+
+
+def remote_label(speculator: Any) -> str:
+    """:func:`status_label` of a loaded speculator's target and draft model."""
+    return status_label(_models(speculator)) if speculator is not None else ""
+
+
 def speculator_lost(speculator: Any) -> str:
     """Why a loaded speculator's RPC server is lost (it must be loaded again), or ``""``."""
     if speculator is None:
         return ""
-    cache = getattr(speculator.model_drafter or speculator.drafter, "cache", None)
-    models = [speculator.target] + ([cache.ctx.model] if cache is not None else [])
-    return lost_reason(s for m in models for s in getattr(m, "rpc_servers", ()))
+    return lost_reason(s for m in _models(speculator) for s in getattr(m, "rpc_servers", ()))

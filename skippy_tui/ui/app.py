@@ -430,6 +430,7 @@ class SkippyApp(App[None]):
         spec = self.speculator
         if spec is not None:
             from ..engine.native_devices import backend_name
+            from ..engine.rpc import remote_label
 
             t, d = spec.target_info, spec.draft_info
             parts.append(f"target {short_name(t.name, name_width)} {t.file_type}" if t else "target ?")
@@ -437,7 +438,7 @@ class SkippyApp(App[None]):
                 parts.append(f"draft {short_name(d.name, name_width)} {d.file_type}")
             else:
                 parts.append(f"draft: {spec.drafter.source}" if spec.drafter is not None else "no draft")
-            parts.append(backend_name())
+            parts.append(" + ".join(filter(None, (backend_name(), remote_label(spec)))))  # + RPC0@host:port
             parts.append(f"ctx {self._n_past}/{self._n_ctx or spec.n_ctx}")
             tps = self._live_stats.tokens_per_second if self.generating else self._last_tps()
             parts.append(f"{tps:.1f} tok/s")
@@ -614,6 +615,10 @@ class SkippyApp(App[None]):
         else:
             await msg.remove()
         if fin.reason == "error":
+            from ..engine.rpc import speculator_lost
+
+            if speculator_lost(self.speculator):  # its RPC server is gone: F5 loads again once it is back
+                self.speculator = None
             self.notify(fin.error or "generation failed", title="Generation failed", severity="error", timeout=10)
         elif fin.reason == "cancelled":
             self.notify("Stopped.", timeout=2)
