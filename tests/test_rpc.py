@@ -351,3 +351,24 @@ def test_app_names_the_remote_device_survives_the_server_dying_mid_reply_and_rel
             assert fin is not None and fin.reason in ("max_tokens", "eos") and fin.text
 
     asyncio.run(body())
+
+
+def test_run_exits_1_with_one_line_when_the_server_dies_mid_reply(server: Server, smollm2_f32: Path) -> None:
+    p = subprocess.Popen(
+        [sys.executable, "-m", "skippy_tui", "run", "Tell me a long story about a dragon and a knight.",
+         "--rpc", server.endpoint, "--temperature", "0", "--max-tokens", "400", "--n-ctx", "1024"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+    )  # fmt: skip
+    assert p.stdout is not None
+    streamed = b""
+    while len(streamed) < 20:  # the reply is streaming
+        chunk = p.stdout.read1(64)
+        assert chunk, p.stderr.read().decode() if p.stderr else ""
+        streamed += chunk
+    server.kill()
+    out, err = p.communicate(timeout=60)
+    lines = err.decode().strip().splitlines()
+    assert p.returncode == 1, err.decode()
+    assert "Traceback" not in err.decode()
+    assert lines[-1].startswith(f"skippy-tui: error: RPC server {server.endpoint} stopped answering")
+    assert (streamed + out).strip()  # what streamed before the loss was written

@@ -113,7 +113,10 @@ def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S) -> tuple[int, int, in
                 got = "another version (it closed the connection at the handshake)"
                 raise RpcError(mismatch.format(got=got)) from None
     except TimeoutError as e:
-        raise RpcError(f"RPC server {endpoint} did not answer within {timeout:g} s") from e
+        # an rpc-server serves one client at a time: a busy one leaves the handshake waiting
+        raise RpcError(
+            f"RPC server {endpoint} did not answer within {timeout:g} s (is it serving another client?)"
+        ) from e
     except OSError as e:
         raise RpcError(f"cannot connect to RPC server {endpoint}: {e.strerror or e}") from e
     if major != PROTO_VERSION[0] or minor > PROTO_VERSION[1]:
