@@ -121,6 +121,13 @@ def test_a_server_of_another_protocol_version_is_reported_as_a_version_mismatch(
     t.join(5)
 
 
+def test_a_busy_server_that_never_answers_the_handshake_is_a_timeout_naming_it() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as srv:  # listens, never accepts: like a server with a client
+        port = srv.getsockname()[1]
+        with pytest.raises(rpc.RpcError, match=rf"127\.0\.0\.1:{port} did not answer the handshake within 0\.3 s"):
+            rpc.probe(f"127.0.0.1:{port}", timeout=0.3)
+
+
 def test_an_unreachable_server_is_named_with_the_reason() -> None:
     port = free_port()
     with pytest.raises(rpc.RpcError, match=rf"cannot connect to RPC server 127\.0\.0\.1:{port}: Connection refused"):
@@ -229,6 +236,31 @@ def test_target_on_the_rpc_device_replies_token_identical_to_local_with_speculat
             assert any(st.proposed and st.n_accepted > 0 for st in steps)
     finally:
         s.close()
+
+
+def test_target_split_over_two_servers_by_tensor_split_replies_token_identical_to_local(
+    rpc_server_bin: Path, smollm2_f32: Path, smollm2_q4_1: Path, cache_dir: Path, local_replies: list[tuple[int, ...]]
+) -> None:
+    servers = [Server(rpc_server_bin, free_port()), Server(rpc_server_bin, free_port())]
+    try:
+        for srv in servers:
+            srv.start()
+        spec = _spec(smollm2_f32, smollm2_q4_1, cache_dir, tuple(srv.endpoint for srv in servers))
+        spec = dataclasses.replace(
+            spec, target=ModelSpec(smollm2_f32, dataclasses.replace(spec.target.load, tensor_split=(1.0, 2.0)))
+        )
+        s = load_speculator(spec)
+        try:
+            assert [d.endpoint for d in s.target.remote_devices] == [srv.endpoint for srv in servers]
+            assert rpc.status_label([s.target]).count("@127.0.0.1:") == 2
+            s.forget()
+            _, fin = _reply(s, PROMPTS[0])
+            assert fin.token_ids == local_replies[0]
+        finally:
+            s.close()
+    finally:
+        for srv in servers:
+            srv.kill()
 
 
 def test_wrong_port_is_a_clear_error_before_any_weights_load(

@@ -101,24 +101,30 @@ def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S) -> tuple[int, int, in
         "run an rpc-server built from the same llama.cpp as llama-cpp-python (see README, RPC)"
     )
     try:
-        with socket.create_connection((host, port), timeout=timeout) as s:
-            s.sendall(struct.pack("<BQ", _CMD_HELLO, _CAPS_SIZE) + bytes(_CAPS_SIZE))
-            try:
-                (size,) = struct.unpack("<Q", _recv_exact(s, 8))
-                if size != _HELLO_RSP_SIZE:
-                    raise RpcError(mismatch.format(got=f"with a {size}-byte handshake"))
-                major, minor, patch = _recv_exact(s, size)[:3]
-            except EOFError:
-                # a server of another protocol version drops a HELLO of the wrong size unanswered
-                got = "another version (it closed the connection at the handshake)"
-                raise RpcError(mismatch.format(got=got)) from None
+        s = socket.create_connection((host, port), timeout=timeout)
     except TimeoutError as e:
-        # an rpc-server serves one client at a time: a busy one leaves the handshake waiting
-        raise RpcError(
-            f"RPC server {endpoint} did not answer within {timeout:g} s (is it serving another client?)"
-        ) from e
+        raise RpcError(f"cannot connect to RPC server {endpoint}: no answer within {timeout:g} s") from e
     except OSError as e:
         raise RpcError(f"cannot connect to RPC server {endpoint}: {e.strerror or e}") from e
+    with s:
+        try:
+            s.sendall(struct.pack("<BQ", _CMD_HELLO, _CAPS_SIZE) + bytes(_CAPS_SIZE))
+            (size,) = struct.unpack("<Q", _recv_exact(s, 8))
+            if size != _HELLO_RSP_SIZE:
+                raise RpcError(mismatch.format(got=f"with a {size}-byte handshake"))
+            major, minor, patch = _recv_exact(s, size)[:3]
+        except (EOFError, ConnectionResetError):
+            # a server of another protocol version drops a HELLO of the wrong size unanswered
+            got = "another version (it closed the connection at the handshake)"
+            raise RpcError(mismatch.format(got=got)) from None
+        except TimeoutError as e:
+            # an rpc-server serves one client at a time: a busy one leaves the handshake waiting
+            raise RpcError(
+                f"RPC server {endpoint} did not answer the handshake within {timeout:g} s "
+                "(is it serving another client?)"
+            ) from e
+        except OSError as e:
+            raise RpcError(f"RPC server {endpoint}: handshake failed: {e.strerror or e}") from e
     if major != PROTO_VERSION[0] or minor > PROTO_VERSION[1]:
         raise RpcError(mismatch.format(got=f"{major}.{minor}.{patch}"))
     return major, minor, patch
