@@ -128,6 +128,13 @@ def test_a_busy_server_that_never_answers_the_handshake_is_a_timeout_naming_it()
             rpc.probe(f"127.0.0.1:{port}", timeout=0.3)
 
 
+def test_a_build_without_rpc_is_told_how_to_reinstall(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rpc, "supported", lambda: False)
+    with pytest.raises(rpc.RpcError, match=r"built without RPC: reinstall it with .*-DGGML_RPC=ON"):
+        rpc.check(["127.0.0.1:50052"])
+    rpc.check([])  # no servers: nothing to support
+
+
 def test_an_unreachable_server_is_named_with_the_reason() -> None:
     port = free_port()
     with pytest.raises(rpc.RpcError, match=rf"cannot connect to RPC server 127\.0\.0\.1:{port}: Connection refused"):

@@ -186,13 +186,25 @@ _waiters: set[threading.Event] = set()  # calls in flight, woken by a loss
 _abort_ref: list[Any] = []  # keeps the ctypes abort callback alive
 
 
+def _require_support() -> None:
+    if not supported():
+        raise RpcError(
+            "this llama-cpp-python was built without RPC: reinstall it with "
+            'CMAKE_ARGS="-DGGML_LLAMAFILE=OFF -DGGML_RPC=ON" pip install --force-reinstall --no-cache-dir '
+            "llama-cpp-python (see README)"
+        )
+
+
 def check(endpoints: Iterable[str]) -> None:
     """Probe each server not already connected (a connected one serves only us: a probe would wait).
 
     Raises:
-        RpcError: as :func:`probe`.
+        RpcError: no RPC in this build, or as :func:`probe`.
     """
-    for endpoint in dict.fromkeys(endpoints):
+    endpoints = list(dict.fromkeys(endpoints))
+    if endpoints:
+        _require_support()
+    for endpoint in endpoints:
         with _lock:
             known = _devices.get(endpoint)
             if known and (endpoint, known[0].generation) not in _lost:
@@ -219,11 +231,7 @@ def connect(endpoints: Sequence[str]) -> tuple[RemoteDevice, ...]:
             if known and (endpoint, known[0].generation) not in _lost:
                 out += known
                 continue
-        if not supported():
-            raise RpcError(
-                "this llama-cpp-python was built without RPC: reinstall it with "
-                'CMAKE_ARGS="-DGGML_LLAMAFILE=OFF -DGGML_RPC=ON" (see README)'
-            )
+        _require_support()
         probe(endpoint)
         out += _add_server(endpoint)
     return tuple(out)
