@@ -134,11 +134,13 @@ class InspectorScreen(ModalScreen[None]):
         head.append(f"k={st.k}" + (f" ({st.k_reason})" if st.k_reason else "") + f", {len(st.proposed)} drafted, ")
         head.append(f"{st.n_accepted} accepted  (draft {st.draft_ms:.1f} ms, verify {st.verify_ms:.1f} ms)\n")
         for i, tok in enumerate(st.proposed):
-            ok = i < st.n_accepted
+            # verification stops at the first rejection: the positions after it were never checked
+            verdict = "accepted" if i < st.n_accepted else "rejected" if i == st.n_accepted else "not checked"
             head.append(f"  d{i + 1} ", style="dim")
-            head.append(f"{visible(tok.text):<16}", style=ok_style if ok else bad_style)
+            style = {"accepted": ok_style, "rejected": bad_style}.get(verdict, "dim")
+            head.append(f"{visible(tok.text):<16}", style=style)
             p = f"{tok.prob:.3f}" if tok.prob is not None else "—"
-            head.append(f" p={p}  {'accepted' if ok else 'rejected'}\n", style="dim" if ok else "")
+            head.append(f" p={p}  {verdict}\n", style="" if verdict == "rejected" else "dim")
         head.append("committed    ", style="bold")
         c = st.committed
         head.append(f"{visible(c.text) if c else '∅'}", style=chosen)
@@ -163,9 +165,11 @@ class InspectorScreen(ModalScreen[None]):
             )
         foot = self.query_one("#inspect-foot", Static)
         if rejected is not None:
+            chose = {"greedy": "the target's most likely token was", "coupled": "the target's draw (same noise) was"}
             foot.update(
                 f"top-{max(len(st.draft_top), len(st.target_top))} at draft position {st.n_accepted + 1}, the first "
-                f"rejected one: the draft proposed {visible(rejected.text)!r}, the target chose "
+                f"rejected one: the draft proposed {visible(rejected.text)!r}, "
+                f"{chose.get(rule_of(self._settings()), 'the target drew from norm(max(0, p − q))')} "
                 f"{visible(c.text) if c else '∅'!r}."
             )
             table.display = True
@@ -177,9 +181,14 @@ class InspectorScreen(ModalScreen[None]):
                 else "A plain step: no proposal (speculation off or no room)."
             )
 
+    def _settings(self) -> dict[str, Any]:
+        """The sampling settings in effect at the shown step (empty when not recorded)."""
+        return settings_at(self.started, self.steps, self.index)
+
     def _sampling_lines(self, head: Text, st: StepVerified, bad_style: Style) -> None:
-        """The first rejection's probabilities side by side, the step's sampling, the reply's seed."""
-        settings = settings_at(self.started, self.steps, self.index)
+        """The first rejection's probabilities side by side and why it was rejected, the step's
+        sampling, the reply's seed."""
+        settings = self._settings()
         if st.n_accepted < len(st.proposed):
             rejected = st.proposed[st.n_accepted]
             q, p = rejected.prob, st.p_target
@@ -187,12 +196,11 @@ class InspectorScreen(ModalScreen[None]):
             head.append(visible(rejected.text), style=bad_style)
             head.append(f"  draft p={_prob(q, 'n-gram' if st.draft_source == 'ngram' else 'not recorded')}")
             head.append(f"  target p={_prob(p, 'not recorded')}")
-            if settings.get("sampler") == "rejection" and settings.get("temperature") and p is not None and q:
-                head.append(f"  accepted with min(1, p/q) = {min(1.0, p / q):.3f}")
             if settings.get("temperature"):
                 # the top-k table below is each model's raw softmax, so its numbers differ from these
                 head.append("  (as sampled: filters and T applied)", style="dim")
-            head.append("\n")
+            head.append("\nwhy          ", style="bold")
+            head.append(rejection_reason(st, settings) + "\n")
         head.append("sampling     ", style="bold")
         head.append(sampling_label(settings) if settings else "not recorded")
         if st.sampling is not None:
@@ -206,6 +214,45 @@ class InspectorScreen(ModalScreen[None]):
         head.append("reproduce    ", style="bold")
         note = reproduce_note(self.started, self.steps)
         head.append(reproduce_flags(self.started) + (f"  {note}" if note else ""))
+
+
+def rule_of(settings: dict[str, Any]) -> str:
+    """The acceptance rule a step ran under: ``greedy``, ``coupled`` or ``rejection``.
+
+    Greedy when the temperature is 0 or not recorded (transcripts from before
+    sampling was recorded were greedy).
+    """
+    if not settings.get("temperature"):
+        return "greedy"
+    return "rejection" if settings.get("sampler") == "rejection" else "coupled"
+
+
+def rejection_reason(st: StepVerified, settings: dict[str, Any]) -> str:
+    """Why the step's first rejected proposal was rejected, by the rule that applied.
+
+    At T > 0 a rejection is not the target disagreeing on its most likely
+    token: under ``coupled`` the target's draw with the shared Gumbel noise
+    differed; under ``rejection`` a uniform draw fell above ``min(1, p/q)``.
+    """
+    c = st.committed
+    chose = repr(visible(c.text)) if c is not None else "∅"
+    rule = rule_of(settings)
+    if rule == "greedy":
+        return f"greedy: a proposal is accepted while it is the target's most likely token; that was {chose}"
+    if rule == "coupled":
+        return (
+            "coupled sampling: a proposal is accepted while it equals the target's own draw with the same "
+            f"noise, argmax(log p + g); that draw was {chose}"
+        )
+    q = st.proposed[st.n_accepted].prob if st.n_accepted < len(st.proposed) else None
+    if q is None and st.draft_source == "ngram":
+        q = 1.0  # a deterministic proposal: q is one-hot on it
+    p = st.p_target
+    odds = f" = {min(1.0, p / q):.3f}" if p is not None and q else " (p or q not recorded)"
+    return (
+        f"rejection sampling: accepted with probability min(1, p/q){odds} and the draw fell above it; "
+        f"the target then drew {chose} from norm(max(0, p − q))"
+    )
 
 
 def _prob(p: float | None, missing: str) -> str:
