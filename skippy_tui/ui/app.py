@@ -97,13 +97,15 @@ class LiveGeneration:
         return self._pinned
 
 
-def tune_notice(values: dict[str, Any], before: SamplingParams) -> str:
+def tune_notice(values: dict[str, Any], before: SamplingParams, max_tokens: int | None = None) -> str:
     """What F3 set, and from when: everything from the next step, a new seed from the next reply."""
     s: SamplingParams = values["sampling"]
     text = f"n_draft={values['n_draft']} p_min={values['p_min']:g} · {sampling_label(dataclasses.asdict(s))}"
     text += " from the next step."
     if s.seed != before.seed:
         text += f" Seed {'random' if s.seed is None else s.seed} from the next reply."
+    if values.get("max_tokens") not in (None, max_tokens):
+        text += f" max_tokens={values['max_tokens']} from the next reply."
     return text
 
 
@@ -746,13 +748,16 @@ class SkippyApp(App[None]):
                 self.config.set("speculation", "n_draft", values["n_draft"])
                 self.config.set("speculation", "p_min", values["p_min"])
             self.sampling = values["sampling"]
+            # read when a reply starts (LiveGeneration), so it applies from the next reply
+            self.generation = dataclasses.replace(self.generation, max_tokens=values["max_tokens"])
 
         def done(values: dict[str, Any] | None) -> None:
             if values:
-                self.notify(tune_notice(values, before), timeout=4)
+                self.notify(tune_notice(values, before, max_tokens), timeout=4)
                 self._update_status()
 
-        self.push_screen(TuneScreen(n_draft, p_min, self.sampling, focus, apply), done)
+        max_tokens = self.generation.max_tokens
+        self.push_screen(TuneScreen(n_draft, p_min, self.sampling, focus, apply, max_tokens=max_tokens), done)
 
     def action_toggle_origin(self) -> None:
         self.color_origin = not self.color_origin

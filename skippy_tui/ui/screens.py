@@ -19,7 +19,7 @@ from textual.widgets import Button, DataTable, Input, Label, OptionList, Select,
 from ..engine.errors import BoundsError, IncompatibleModelsError, ModelFileError, SkippyError
 from ..engine.events import ReplyStarted, StepVerified
 from ..engine.sampling import SAMPLERS, SamplingParams
-from ..engine.settings import SpeculationSettings
+from ..engine.settings import GenerationSettings, SpeculationSettings
 from ..transcript import number, reply_seed, reproduce_flags, reproduce_note, sampling_label, settings_at
 from .render import fg, visible
 
@@ -297,19 +297,27 @@ class SystemPromptScreen(ModalScreen["str | None"]):
         self.dismiss(None)
 
 
-# (key, help) of each tune field, in order; the sampler is a choice, the rest are typed
+# (key, help) of each tune field, in order; the help says what the field takes. The sampler is a
+# choice, the rest are typed.
 TUNE_FIELDS: tuple[tuple[str, str], ...] = (
-    ("n_draft", "tokens per proposal (k), or auto"),
-    ("p_min", "stop drafting below this draft probability (0..1)"),
-    ("temperature", "0 = greedy"),
+    ("n_draft", "tokens per proposal (k): auto, or 1..4096"),
+    ("p_min", "stop drafting below this draft probability: 0..1"),
+    ("temperature", "0..100, 0 = greedy"),
     ("sampler", "coupled = plain sampling's reply; rejection = min(1, p/q)"),
-    ("seed", "random (new each reply) or a number · from the next reply"),
-    ("repeat_penalty", "1 = off"),
-    ("repeat_last_n", "tokens looked back: 0 = off, -1 = all"),
-    ("presence_penalty", "0 = off"),
-    ("frequency_penalty", "0 = off"),
+    ("top_k", "keep the k most likely tokens: 0 = off, or k ≥ 1"),
+    ("top_p", "nucleus: 0..1, 1 = off"),
+    ("min_p", "drop tokens below min_p × the top p: 0..1, 0 = off"),
+    ("seed", "random (new each reply) or 0..2^63-1 · next reply"),
+    ("max_tokens", "reply length cap: 1..1048576 · next reply"),
+    ("repeat_penalty", "above 0, up to 100; 1 = off"),
+    ("repeat_last_n", "tokens looked back: -1..16777216, 0 = off, -1 = all"),
+    ("presence_penalty", "-100..100, 0 = off"),
+    ("frequency_penalty", "-100..100, 0 = off"),
 )
-_INT_FIELDS = frozenset({"n_draft", "repeat_last_n"})
+TUNE_HELP = dict(TUNE_FIELDS)
+_INT_FIELDS = frozenset({"n_draft", "top_k", "repeat_last_n", "max_tokens"})
+# what a field's text must look like, for the message when it does not
+_KINDS = {"n_draft": '"auto" or a whole number', "seed": '"random" or a whole number'}
 
 
 def parse_field(key: str, text: str) -> object:
@@ -317,7 +325,8 @@ def parse_field(key: str, text: str) -> object:
     numbers, numbers. Bounds are checked later, by the settings themselves.
 
     Raises:
-        ValueError: not a value of the field's kind (the message names the field).
+        ValueError: not a value of the field's kind; the message names the field and
+            what it allows, e.g. ``n_draft: 'x' is not "auto" or a whole number; allowed: …``.
     """
     if key == "n_draft" and text == "auto":
         return "auto"
@@ -327,8 +336,8 @@ def parse_field(key: str, text: str) -> object:
     try:
         return int(text) if whole else float(text)
     except ValueError:
-        kind = '"random" or a whole number' if key == "seed" else "a whole number" if whole else "a number"
-        raise ValueError(f"{key}: {text!r} is not {kind}") from None
+        kind = _KINDS.get(key, "a whole number" if whole else "a number")
+        raise ValueError(f"{key}: {text!r} is not {kind}; allowed: {TUNE_HELP[key]}") from None
 
 
 class TuneScreen(ModalScreen["dict | None"]):
@@ -337,7 +346,7 @@ class TuneScreen(ModalScreen["dict | None"]):
     Each value is checked by the settings it goes into; ``apply`` (when given)
     then applies them and may still refuse (a :class:`SkippyError`, e.g. a k the
     batch cannot hold). Any error shows in the dialog and nothing changes.
-    Returns ``{"n_draft", "p_min", "sampling"}`` once applied, or None when cancelled.
+    Returns ``{"n_draft", "p_min", "max_tokens", "sampling"}`` once applied, or None when cancelled.
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss(None)", "Cancel")]
@@ -349,10 +358,12 @@ class TuneScreen(ModalScreen["dict | None"]):
         sampling: SamplingParams,
         focus: str = "n_draft",
         apply: Callable[[dict[str, Any]], None] | None = None,
+        *,
+        max_tokens: int = 512,
     ) -> None:
         super().__init__()
         self.sampling = sampling
-        self.values = {"n_draft": str(n_draft), "p_min": number(p_min)}
+        self.values = {"n_draft": str(n_draft), "p_min": number(p_min), "max_tokens": str(max_tokens)}
         for key, _ in TUNE_FIELDS:
             if key not in self.values:  # a sampling field
                 value = getattr(sampling, key)
@@ -391,10 +402,12 @@ class TuneScreen(ModalScreen["dict | None"]):
         parsed: dict[str, Any] = {key: parse_field(key, text) for key, text in raw.items()}
         parsed["sampler"] = self.query_one("#sampler", Select).value
         SpeculationSettings(n_draft=parsed["n_draft"], p_min=parsed["p_min"])
-        sampling = {k: v for k, v in parsed.items() if k not in ("n_draft", "p_min")}
+        GenerationSettings(max_tokens=parsed["max_tokens"])
+        sampling = {k: v for k, v in parsed.items() if k not in ("n_draft", "p_min", "max_tokens")}
         return {
             "n_draft": parsed["n_draft"],
             "p_min": parsed["p_min"],
+            "max_tokens": parsed["max_tokens"],
             "sampling": dataclasses.replace(self.sampling, **sampling),
         }
 
@@ -406,7 +419,10 @@ class TuneScreen(ModalScreen["dict | None"]):
             if self.apply is not None:
                 self.apply(values)
         except (ValueError, SkippyError) as e:  # BoundsError is both
-            self.query_one("#tune-error", Static).update(str(e))
+            message = str(e)
+            if isinstance(e, BoundsError) and e.key in TUNE_HELP:  # the engine's bound, in the dialog's words
+                message = f"{e.key} = {e.value!r} is out of bounds; allowed: {TUNE_HELP[e.key]}"
+            self.query_one("#tune-error", Static).update(message)
             return
         self.dismiss(values)
 

@@ -15,7 +15,7 @@ from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.chat import AssistantMessage
 from skippy_tui.ui.render import visible
-from skippy_tui.ui.screens import InspectorScreen, rejection_reason
+from skippy_tui.ui.screens import InspectorScreen, TuneScreen, rejection_reason
 
 
 def replay_app(path: Path = CHAT_JSON) -> SkippyApp:
@@ -100,3 +100,74 @@ def test_rejection_reason_names_the_rule_that_applied() -> None:
     assert "coupled sampling" in rejection_reason(st, {"temperature": 0.8, "sampler": "coupled"})
     assert rejection_reason(st, {"temperature": 0.0, "sampler": "rejection"}).startswith("greedy:")
     assert rejection_reason(st, {}).startswith("greedy:")  # not recorded: an old, greedy transcript
+
+
+# -- fault 8: the F3 dialog -------------------------------------------------------------------
+
+
+def test_tune_dialog_names_the_field_and_what_it_allows() -> None:
+    bad = [
+        (
+            "n_draft",
+            "abc",
+            "n_draft: 'abc' is not \"auto\" or a whole number; allowed: tokens per proposal (k): auto, or 1..4096",
+        ),
+        ("n_draft", "2.5", "n_draft: '2.5' is not \"auto\" or a whole number; allowed:"),
+        ("n_draft", "0", "n_draft = 0 is out of bounds; allowed: tokens per proposal (k): auto, or 1..4096"),
+        ("top_k", "-1", "top_k = -1 is out of bounds; allowed: keep the k most likely tokens: 0 = off, or k ≥ 1"),
+        ("top_p", "1.5", "top_p = 1.5 is out of bounds; allowed: nucleus: 0..1, 1 = off"),
+        ("min_p", "x", "min_p: 'x' is not a number; allowed: drop tokens below min_p × the top p: 0..1, 0 = off"),
+        ("max_tokens", "0", "max_tokens = 0 is out of bounds; allowed: reply length cap: 1..1048576"),
+        ("max_tokens", "many", "max_tokens: 'many' is not a whole number; allowed: reply length cap: 1..1048576"),
+    ]
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        before = (app.sampling, app.generation)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f3")
+            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
+            for key, value, message in bad:
+                field = screen.query_one(f"#{key}")
+                good, field.value = field.value, value
+                field.focus()
+                await pilot.press("enter")
+                assert app.screen is screen, key
+                shown = str(screen.query_one("#tune-error").render())
+                assert message in shown, (key, value, shown)
+                assert "invalid literal" not in shown
+                field.value = good
+            assert (app.sampling, app.generation) == before
+
+    run(body())
+
+
+def test_tune_dialog_sets_top_k_top_p_min_p_and_max_tokens() -> None:
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=8), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f3")
+            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
+            assert screen.query_one("#max_tokens").value == "8"
+            values = {"top_k": "7", "top_p": "0.5", "min_p": "0.1", "max_tokens": "33"}
+            for key, value in values.items():
+                screen.query_one(f"#{key}").value = value
+            await pilot.click("#apply")
+            await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "apply")
+            assert (app.sampling.top_k, app.sampling.top_p, app.sampling.min_p) == (7, 0.5, 0.1)
+            assert app.generation.max_tokens == 33
+            assert "max_tokens=33 from the next reply" in list(app._notifications)[-1].message
+            # the palette's own "Set …" entries open the dialog on their field
+            from skippy_tui.ui.commands import SkippyCommands
+
+            commands = {action: title for title, _, action in SkippyCommands(app.screen)._commands()}
+            for key in values:
+                assert commands[f"tune('{key}')"].startswith(f"Set {key}")
+                await app.run_action(f"tune('{key}')")
+                screen = await wait_for_screen(pilot, app, TuneScreen, 5)
+                assert app.focused is screen.query_one(f"#{key}"), key
+                assert screen.query_one(f"#{key}").value == values[key]
+                await pilot.press("escape")
+                await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "close")
+
+    run(body())
