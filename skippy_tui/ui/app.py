@@ -51,7 +51,7 @@ from .commands import SkippyCommands
 from .messages import EngineEvent, LoadProgress
 from .panel import SpeculationPanel
 from .prompt import HINT, PromptInput
-from .render import short_name
+from .render import model_label
 from .screens import ErrorScreen, InspectorScreen, OpenTranscriptScreen, SystemPromptScreen, TuneScreen, how_to_fix
 from .themes import UiState, load_themes
 
@@ -412,6 +412,28 @@ class SkippyApp(App[None]):
             if cell_len(text) <= width:
                 break
         bar.update(text)
+        bar.tooltip = "\n".join(self.model_descriptions()) or None
+
+    def model_descriptions(self) -> list[str]:
+        """One line per model in use (or recorded, in a replay): role, short label, GGUF name, file.
+
+        The status bar shows only the short label; this says which file it is.
+        """
+        spec = self.speculator
+        if spec is not None:
+            infos = [("target", spec.target_info), ("draft", spec.draft_info)]
+            models = [(role, i.path, i.name, i.file_type) for role, i in infos if i is not None]
+        else:
+            recorded = self.transcript.models or {}
+            models = [
+                (role, m.get("path"), m.get("name", "?"), m.get("file_type", ""))
+                for role in ("target", "draft")
+                if isinstance(m := recorded.get(role), dict)
+            ]
+        return [
+            f"{role}: {model_label(path, name, ft, 80)} · {name!r} · {path or 'path not recorded'}"
+            for role, path, name, ft in models
+        ]
 
     def on_resize(self) -> None:
         if self.query(StatusBar):  # a resize can come before the layout is composed
@@ -424,9 +446,9 @@ class SkippyApp(App[None]):
             from ..engine.native import backend_name
 
             t, d = spec.target_info, spec.draft_info
-            parts.append(f"target {short_name(t.name, name_width)} {t.file_type}" if t else "target ?")
+            parts.append(f"target {model_label(t.path, t.name, t.file_type, name_width + 7)}" if t else "target ?")
             if d is not None:
-                parts.append(f"draft {short_name(d.name, name_width)} {d.file_type}")
+                parts.append(f"draft {model_label(d.path, d.name, d.file_type, name_width + 7)}")
             else:
                 parts.append(f"draft: {spec.drafter.source}" if spec.drafter is not None else "no draft")
             parts.append(backend_name())
@@ -461,7 +483,8 @@ class SkippyApp(App[None]):
                 for role in ("target", "draft"):
                     m = models.get(role)
                     if m:
-                        parts.append(f"{role} {short_name(m.get('name', '?'), name_width)} {m.get('file_type', '')}")
+                        label = model_label(m.get("path"), m.get("name", "?"), m.get("file_type", ""), name_width + 7)
+                        parts.append(f"{role} {label}")
                 if models.get("backend"):
                     parts.append(f"recorded on {models['backend']}")
             parts.append("loading models…" if self.loading else "no models loaded (f5 loads them)")

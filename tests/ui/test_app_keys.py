@@ -9,12 +9,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
 from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
 
+from skippy_tui.cli import main
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.chat import AssistantMessage
-from skippy_tui.ui.render import visible
+from skippy_tui.ui.render import model_label, visible
 from skippy_tui.ui.screens import InspectorScreen, TuneScreen, rejection_reason
 
 
@@ -171,3 +173,57 @@ def test_tune_dialog_sets_top_k_top_p_min_p_and_max_tokens() -> None:
                 await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "close")
 
     run(body())
+
+
+# -- fault 10: names ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "name", "file_type", "width", "label"),
+    [
+        (
+            "/c/SmolLM2-135M-Instruct.F32.gguf",
+            "Smollm2 135M 8k Lc100K Mix1 Ep2",
+            "F32",
+            40,
+            "SmolLM2-135M-Instruct F32",
+        ),
+        ("/c/SmolLM2-135M-Instruct.Q4_1.gguf", "Smollm2 135M 8k Lc100K Mix1 Ep2", "Q4_1", 16, "SmolLM2-13… Q4_1"),
+        ("/m/qwen2.5-7b-instruct-q4_k_m-00001-of-00002.gguf", "Qwen", "Q4_K_M", 40, "qwen2.5-7b-instruct Q4_K_M"),
+        ("/m/model.gguf", "Some Model", "Q8_0", 40, "model Q8_0"),
+        (None, "Smollm2 135M", "F32", 40, "Smollm2 135M F32"),  # an old transcript: no path recorded
+    ],
+)
+def test_model_label_is_the_file_stem_and_quantization(path, name, file_type, width, label) -> None:
+    assert model_label(path, name, file_type, width) == label
+
+
+def test_status_bar_tells_target_and_draft_apart_and_the_tooltip_has_the_full_names() -> None:
+    saved = Transcript.load(CHAT_JSON).models
+
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=(200, 30)) as pilot:
+            await pilot.pause()
+            status = str(app.query_one("#status").render())
+            assert "target SmolLM2-135M-Instruct F32 │ draft SmolLM2-135M-Instruct Q4_1" in status
+            assert "Lc100K" not in status  # the GGUF's general.name, the same for both
+            tooltip = str(app.query_one("#status").tooltip)
+            for role in ("target", "draft"):
+                assert f"'{saved[role]['name']}' · {saved[role]['path']}" in tooltip
+        async with replay_app().run_test(size=(100, 30)) as pilot:  # narrow: shortened, still distinct
+            await pilot.pause()
+            status = str(pilot.app.query_one("#status").render())
+            assert "… F32 │ draft SmolLM2" in status and "… Q4_1 │" in status
+
+    run(body())
+
+
+def test_cli_help_says_no_command_opens_the_app_and_where_keys_are(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines: compare words
+    assert "With no COMMAND, skippy-tui opens the app (the chat) on the configured models" in out
+    assert "F1 lists every key and explains the panel" in out and "Ctrl+P" in out
+    assert "commands (none: open the app)" in out
