@@ -283,8 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "keys: in the app, F1 lists every key and explains the panel; Ctrl+P (the\n"
-            "command palette) lists every action with its key. The README's \"Using the\n"
-            'app" section has the same table.'
+            "command palette) lists every action with its key."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,  # keep the lines above as written
     )

@@ -10,12 +10,14 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from rich.text import Text
 from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.cli import main
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.chat import AssistantMessage
+from skippy_tui.ui.clipboard import code_blocks
 from skippy_tui.ui.render import model_label, visible
 from skippy_tui.ui.screens import InspectorScreen, TuneScreen, rejection_reason
 
@@ -227,3 +229,199 @@ def test_cli_help_says_no_command_opens_the_app_and_where_keys_are(capsys: pytes
     assert "With no COMMAND, skippy-tui opens the app (the chat) on the configured models" in out
     assert "F1 lists every key and explains the panel" in out and "Ctrl+P" in out
     assert "commands (none: open the app)" in out
+
+
+# -- fault 6: keyboard only, help ---------------------------------------------------------------
+
+
+def _shown(app: SkippyApp) -> list[bool]:
+    return [r.has_class("-shown") for r in app.query(AssistantMessage)]
+
+
+def test_keyboard_picks_the_reply_the_panel_shows() -> None:
+    saved = Transcript.load(CHAT_JSON)
+
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=SIZE) as pilot:
+            assert _shown(app) == [False, True]  # the last reply, as opened
+            await pilot.press("alt+up")
+            await wait_until(pilot, lambda: app.panel.timeline.steps == saved.entries[1].steps, 5, "reply 1 steps")
+            assert _shown(app) == [True, False] and "reply 1 of 2" in str(app.query_one("#panel-title").render())
+            await pilot.press("alt+up")  # the first stays
+            assert _shown(app) == [True, False]
+            await pilot.press("alt+down")
+            await wait_until(pilot, lambda: app.panel.timeline.steps == saved.entries[3].steps, 5, "reply 2 steps")
+            assert _shown(app) == [False, True]
+            # the palette has both, with their keys
+            from skippy_tui.ui.commands import SkippyCommands
+
+            titles = {action: title for title, _, action in SkippyCommands(app.screen)._commands()}
+            assert titles["show_reply(-1)"] == f"Show previous reply  ({app.key_for('show_reply(-1)')})"
+            assert titles["show_reply(1)"] == f"Show next reply  ({app.key_for('show_reply(1)')})"
+            assert app.key_for("show_reply(-1)") != app.key_for("show_reply(1)")
+            await app.run_action("show_reply(-1)")
+            assert _shown(app) == [True, False]
+
+    run(body())
+
+
+def test_typing_while_the_panel_or_the_chat_has_focus_goes_to_the_input() -> None:
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=SIZE) as pilot:
+            app.panel.timeline.focus()
+            await pilot.pause()
+            await pilot.press("h", "i", "space")
+            assert app.focused is app.prompt and app.prompt.text == "hi "
+            app.chat.focus()
+            await pilot.pause()
+            await pilot.press("y", "o")
+            assert app.focused is app.prompt and app.prompt.text == "hi yo"
+            # keys the panel uses still work there
+            timeline = app.panel.timeline
+            timeline.focus()
+            timeline.move_cursor(row=0)
+            await pilot.press("down")
+            assert app.focused is timeline and timeline.cursor_row == 1 and app.prompt.text == "hi yo"
+
+    run(body())
+
+
+def test_esc_closes_the_keys_panel() -> None:
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=SIZE) as pilot:
+            app.action_show_help_panel()  # the palette's "Keys" command
+            await wait_until(pilot, lambda: bool(app.screen.query("HelpPanel")), 5, "the keys panel")
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not app.screen.query("HelpPanel"), 5, "the keys panel to close")
+
+    run(body())
+
+
+def test_f1_help_lists_the_keys_the_panel_columns_badges_and_colours() -> None:
+    from skippy_tui.ui.help import HelpScreen
+    from skippy_tui.ui.panel import COLUMNS
+
+    saved = Transcript.load(CHAT_JSON).models
+
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f1")
+            screen = await wait_for_screen(pilot, app, HelpScreen, 5)
+            text = screen.plain(200)
+            lines = text.splitlines()
+            keys = {k for line in lines for k in line.strip().split("  ")[0].split(" / ")}  # the key column
+            # every app binding, with its keys
+            for b in app.BINDINGS:
+                for key in b.key.split(","):
+                    assert key.replace("escape", "esc").replace("up", "↑").replace("down", "↓") in keys, key
+            for key in ("alt+c", "alt+k", "alt+↑", "alt+↓", "ctrl+p", "tab", "shift+tab"):
+                assert key in keys, key
+            for label, _ in COLUMNS:  # every column of the panel is explained
+                assert any(line.strip().startswith(label + " ") for line in lines), label
+            for badge in ("synced", "extend a..b", "truncate k→b", "reset 0..b", "plain"):
+                assert any(line.strip().startswith(badge) for line in lines), badge
+            assert "≈N× plain  " in text and "over plain decoding" in " ".join(text.split())
+            for role in ("target", "draft"):  # the full names the status bar shortens
+                assert f"'{saved[role]['name']}'" in text and saved[role]["path"] in " ".join(text.split())
+            # the legend is drawn in the colours the origin view uses
+            reply = app.query(AssistantMessage).first()
+            legend = screen.text()
+            spans = {}
+            for part in legend.renderables:
+                inner = getattr(part, "renderable", part)
+                if isinstance(inner, Text):
+                    for span in inner.spans:
+                        spans[inner.plain[span.start : span.end]] = span.style
+            assert (
+                spans["a draft token the target accepted"].color
+                == reply.get_component_rich_style("origin--draft").color
+            )
+            assert (
+                spans["a token the target chose itself"].color == reply.get_component_rich_style("origin--target").color
+            )
+            await pilot.press("f1")
+            await wait_until(pilot, lambda: not isinstance(app.screen, HelpScreen), 5, "f1 to close help")
+            await pilot.press("f1")
+            await wait_for_screen(pilot, app, HelpScreen, 5)
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not isinstance(app.screen, HelpScreen), 5, "esc to close help")
+
+    run(body())
+
+
+# -- fault 9: copy ------------------------------------------------------------------------------
+
+TWO_BLOCKS = "Two ways:\n\n```python\nprint(1)\n```\n\nor\n\n~~~sh\necho 1\nls\n~~~\n"
+
+
+def test_code_blocks_are_found_as_the_chat_renders_them() -> None:
+    assert code_blocks(TWO_BLOCKS) == [("python", "print(1)\n"), ("sh", "echo 1\nls\n")]
+    assert code_blocks("no code, `inline` is not a block") == []
+    assert code_blocks("text\n\n    indented = 1\n") == [("", "indented = 1\n")]
+
+
+def test_copy_the_shown_reply_or_one_of_its_code_blocks() -> None:
+    from skippy_tui.ui.clipboard import CodeBlockScreen
+
+    transcript = Transcript.load(CHAT_JSON)
+    transcript.entries[3].content = TWO_BLOCKS
+    one_block = transcript.entries[1].content + "\n\n```\nx = 1\n```\n"
+    transcript.entries[1].content = one_block
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(), transcript=transcript, transcript_path=CHAT_JSON, load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("alt+c")  # the shown reply: the last
+            assert app.clipboard == TWO_BLOCKS
+            assert "Copied reply 2" in list(app._notifications)[-1].message
+            await pilot.press("alt+k")  # two blocks: pick one
+            screen = await wait_for_screen(pilot, app, CodeBlockScreen, 5)
+            assert [str(o.prompt) for o in screen.query_one("#blocks").options] == [
+                "1. python · print(1) · 1 line",
+                "2. sh · echo 1 · 2 lines",
+            ]
+            await pilot.press("down", "enter")
+            await wait_until(pilot, lambda: not isinstance(app.screen, CodeBlockScreen), 5, "the picker to close")
+            assert app.clipboard == "echo 1\nls\n"
+            await pilot.press("alt+up")  # reply 1 in the panel: its one block is copied at once
+            await pilot.press("alt+k")
+            assert app.clipboard == "x = 1\n" and not isinstance(app.screen, CodeBlockScreen)
+            # from the palette too
+            from skippy_tui.ui.commands import SkippyCommands
+
+            titles = {action: title for title, _, action in SkippyCommands(app.screen)._commands()}
+            assert titles["copy_reply"] == "Copy reply  (alt+c)"
+            assert titles["copy_code"] == "Copy code block  (alt+k)"
+            await app.run_action("copy_reply")
+            assert app.clipboard == one_block
+
+    run(body())
+
+
+def test_copy_with_no_reply_says_so() -> None:
+    async def body() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("alt+c")
+            await pilot.press("alt+k")
+            assert app.clipboard == ""
+            assert [n.message for n in app._notifications][-2:] == ["No reply to copy yet."] * 2
+
+    run(body())
+
+
+def test_help_screen_snapshot(snap_compare) -> None:
+    from skippy_tui.ui.help import HelpScreen
+
+    async def run_before(pilot) -> None:
+        pilot.app.query_one("PromptInput").cursor_blink = False
+        await pilot.press("f1")
+        await wait_for_screen(pilot, pilot.app, HelpScreen, 10)
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause()
+
+    assert snap_compare(replay_app(), terminal_size=SIZE, run_before=run_before)
