@@ -425,3 +425,64 @@ def test_help_screen_snapshot(snap_compare) -> None:
         await pilot.pause()
 
     assert snap_compare(replay_app(), terminal_size=SIZE, run_before=run_before)
+
+
+# -- on the real models ----------------------------------------------------------------------
+
+
+def test_max_tokens_from_f3_caps_the_next_reply_and_alt_arrows_work_mid_reply(
+    speculator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """F3's max_tokens applies to the next reply; switching the panel away from a reply in flight and back
+    shows each of its steps once."""
+    from test_app_live import Paced, _reply, _send
+
+    import skippy_tui.ui.app as app_module
+
+    # timeline rows every 5 s: the steps queued for the panel while reply 1 is shown are still queued
+    # when the reply in flight is shown again
+    monkeypatch.setattr(app_module, "PANEL_HZ", 0.2)
+    speculator.update(n_draft=4, source="model")
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=16), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f3")
+            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
+            screen.query_one("#max_tokens").value = "3"
+            await pilot.click("#apply")
+            await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "apply")
+            fin = await _reply(app, pilot, "Describe the sea in three long sentences.")
+            assert (fin.reason, fin.n_tokens) == ("max_tokens", 3)
+            await pilot.press("f3")  # back to a longer reply, for several steps below
+            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
+            assert screen.query_one("#max_tokens").value == "3"
+            screen.query_one("#max_tokens").value = "24"
+            await pilot.click("#apply")
+            await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "apply")
+            paced = Paced(speculator)
+            app.speculator = paced
+            try:
+                app.prompt.focus()
+                await _send(app, pilot, "Write a haiku about the sea.")
+                entry = app._current_entry
+                await wait_until(pilot, lambda: len(entry.steps) >= 1, 120, "the first step")
+                await pilot.press("alt+up")
+                await wait_until(pilot, lambda: _shown(app) == [True, False], 5, "reply 1 in the panel")
+                paced.go.release()  # a step while reply 1 is shown: it must not land in reply 1's panel
+                await wait_until(pilot, lambda: len(entry.steps) >= 2 or not app.generating, 120, "the second step")
+                assert app.panel.timeline.steps == app.transcript.entries[1].steps
+                await pilot.press("alt+down")
+                await wait_until(pilot, lambda: _shown(app) == [False, True], 5, "the reply in flight in the panel")
+                assert app.panel.timeline.steps == entry.steps  # every step so far
+                paced.go.release()  # one more step; the engine then waits, so the reply is still in flight
+                timeline = app.panel.timeline
+                await wait_until(pilot, lambda: timeline.row_count > 2 or not app.generating, 30, "the next row")
+                assert app.generating and len(entry.steps) == 3
+                assert timeline.steps == entry.steps  # each step once
+            finally:
+                paced.free()
+            await wait_until(pilot, lambda: not app.generating, 240, "the reply to finish")
+            assert app.panel.timeline.steps == entry.steps
+
+    run(body())
