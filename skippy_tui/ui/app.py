@@ -436,8 +436,15 @@ class SkippyApp(App[None]):
 
     @on(AssistantMessage.Selected)
     def _select_reply(self, event: AssistantMessage.Selected) -> None:
-        if event.message is not self._current:
-            self._show_in_panel(event.message)
+        self._pick_reply(event.message)
+
+    def _pick_reply(self, msg: AssistantMessage) -> None:
+        """Show ``msg``'s steps in the panel (a click, alt+↑/↓), the reply in flight included."""
+        if msg is self._shown:
+            return
+        self._show_in_panel(msg)
+        if msg is self._current:
+            self._panel_pending = []  # its entry holds every step flushed so far: shown now, not again
 
     @on(SpeculationPanel.InspectStep)
     def _inspect(self, event: SpeculationPanel.InspectStep) -> None:
@@ -837,10 +844,7 @@ class SkippyApp(App[None]):
             return
         at = replies.index(self._shown) if self._shown in replies else len(replies) - 1
         msg = replies[max(0, min(len(replies) - 1, at + delta))]
-        if msg is not self._shown:
-            self._show_in_panel(msg)
-            if msg is self._current:
-                self._panel_pending = []  # its entry holds every step flushed so far: shown now, not again
+        self._pick_reply(msg)
         self.chat.scroll_to_widget(msg, animate=False)
 
     def _reply_to_copy(self) -> tuple[int, str] | None:
