@@ -137,12 +137,21 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="skippy-tui",
-        description="Chat with a local LLM through speculative decoding, and watch the draft at work.",
+        description=(
+            "Chat with a local LLM through speculative decoding, and watch the draft at work.\n\n"
+            "With no COMMAND, skippy-tui opens the app (the chat) on the configured models,\n"
+            "or on the built-in default pair when none are configured."
+        ),
+        epilog=(
+            "keys: in the app, F1 lists every key and explains the panel; Ctrl+P (the\n"
+            "command palette) lists every action with its key."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # keep the lines above as written
     )
     p.add_argument("--version", action="version", version=f"skippy-tui {__version__}")
     p.add_argument("--print-config-path", action="store_true", help="print where the config file is read from")
     add_model_flags(p)
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="[COMMAND]", title="commands (none: open the app)")
     r = sub.add_parser("run", help="generate one reply headless, streamed to stdout")
     r.add_argument("prompt", help="the user message ('-' reads stdin)")
     r.add_argument("--trace", action="store_true", default=False, help="one line per speculation step on stderr")

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rich.cells import cell_len
-from textual import on, work
+from textual import events, on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.command import CommandPalette
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Label, ProgressBar, Static
+from textual.widgets import Footer, Input, Label, ProgressBar, Static, TextArea
 from textual.worker import Worker, WorkerState
 
 from ..config import Config, ConfigError, config_path, data_dir
@@ -47,11 +47,13 @@ from ..transcript import (
     versions,
 )
 from .chat import AssistantMessage, ChatView, MessageWidget, SystemNote, UserMessage, Welcome
+from .clipboard import CodeBlockScreen, code_blocks
 from .commands import SkippyCommands
+from .help import HelpScreen
 from .messages import EngineEvent, LoadProgress
 from .panel import SpeculationPanel
 from .prompt import HINT, PromptInput
-from .render import short_name
+from .render import model_label
 from .screens import ErrorScreen, InspectorScreen, OpenTranscriptScreen, SystemPromptScreen, TuneScreen, how_to_fix
 from .themes import UiState, load_themes
 
@@ -62,11 +64,33 @@ STATUS_NAME_WIDTHS = (28, 22, 16, 12, 8)  # model name widths the status bar tri
 CHAT_ACTIONS = frozenset(
     {"stop", "new_chat", "regenerate", "edit_last", "system_prompt", "tune", "toggle_speculation"}
     | {"load_models", "toggle_origin", "save", "change_theme", "open_transcript"}
+    | {"help", "show_reply", "copy_reply", "copy_code"}
 )
+# what each app key does, for the help screen (F1); a binding's short description when missing
+KEY_HELP = {
+    "stop": "stop the reply (within one step); cancel an edit; close the keys panel",
+    "new_chat": "new chat (the KV caches start empty)",
+    "regenerate": "generate the last reply again (the KV caches roll back)",
+    "edit_last": "put your last message back in the input; enter resends it",
+    "system_prompt": "system prompt",
+    "tune": "speculation and sampling settings: n_draft, p_min, temperature, top_k/p, min_p, seed, …",
+    "toggle_speculation": "speculation on / off",
+    "load_models": "load the models (into a replayed transcript, to continue it)",
+    "toggle_origin": "colour replies by origin: accepted draft tokens vs target tokens",
+    "save": "save the transcript (Markdown + JSON)",
+    "change_theme": "theme",
+    "help": "this help",
+    "show_reply(-1)": "show the previous reply's steps in the panel",
+    "show_reply(1)": "show the next reply's steps in the panel",
+    "copy_reply": "copy the reply the panel shows to the clipboard",
+    "copy_code": "copy a code block of that reply (a list to pick from when it has several)",
+    "quit": "quit (also mid-reply)",
+}
 WELCOME = (
     "Type a message below and press Enter. Replies stream here; the panel on the right shows every "
     "speculation step: the draft's proposal, what the target accepted, and the token it added. "
-    "Select a step (Tab to the panel, then Enter) to inspect it. Ctrl+P lists every command."
+    "Select a step (Tab to the panel, then Enter) to inspect it. F1 explains the keys and the panel; "
+    "Ctrl+P lists every command."
 )
 
 
@@ -97,13 +121,15 @@ class LiveGeneration:
         return self._pinned
 
 
-def tune_notice(values: dict[str, Any], before: SamplingParams) -> str:
+def tune_notice(values: dict[str, Any], before: SamplingParams, max_tokens: int | None = None) -> str:
     """What F3 set, and from when: everything from the next step, a new seed from the next reply."""
     s: SamplingParams = values["sampling"]
     text = f"n_draft={values['n_draft']} p_min={values['p_min']:g} · {sampling_label(dataclasses.asdict(s))}"
     text += " from the next step."
     if s.seed != before.seed:
         text += f" Seed {'random' if s.seed is None else s.seed} from the next reply."
+    if values.get("max_tokens") not in (None, max_tokens):
+        text += f" max_tokens={values['max_tokens']} from the next reply."
     return text
 
 
@@ -118,6 +144,7 @@ class SkippyApp(App[None]):
     TITLE = "skippy-tui"
     COMMANDS: ClassVar = App.COMMANDS | {SkippyCommands}
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("f1", "help", "Help"),  # first: the footer shows what fits, and this one leads to the rest
         Binding("escape", "stop", "Stop"),
         Binding("ctrl+n", "new_chat", "New"),
         Binding("ctrl+r", "regenerate", "Regenerate"),
@@ -129,6 +156,10 @@ class SkippyApp(App[None]):
         Binding("ctrl+o", "toggle_origin", "Origins"),
         Binding("ctrl+s", "save", "Save"),
         Binding("ctrl+t", "change_theme", "Theme"),
+        Binding("alt+up", "show_reply(-1)", "Previous reply", show=False),
+        Binding("alt+down", "show_reply(1)", "Next reply", show=False),
+        Binding("alt+c", "copy_reply", "Copy reply", show=False),
+        Binding("alt+k", "copy_code", "Copy code block", show=False),
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
     ]
@@ -255,10 +286,23 @@ class SkippyApp(App[None]):
                 yield cmd
 
     def key_for(self, action: str) -> str:
-        for b in self.BINDINGS:
-            if isinstance(b, Binding) and b.action == action and b.show:
-                return self.get_key_display(b)
+        """The key that runs ``action`` (``"tune('seed')"`` falls back to the key of ``tune``), or ""."""
+        name = action.split("(")[0]
+        for wanted in (action, name):
+            for b in self.BINDINGS:
+                if isinstance(b, Binding) and b.action == wanted:
+                    return self.get_key_display(b)
         return ""
+
+    def key_help(self) -> list[tuple[str, str]]:
+        """(keys, what they do) for every app binding, in binding order, one row per action."""
+        rows: dict[str, list[str]] = {}
+        for b in self.BINDINGS:
+            if isinstance(b, Binding):
+                keys = [k.replace("escape", "esc").replace("up", "↑").replace("down", "↓") for k in b.key.split(",")]
+                rows.setdefault(b.action, []).extend(keys)
+        descriptions = {b.action: b.description for b in self.BINDINGS if isinstance(b, Binding)}
+        return [(" / ".join(keys), KEY_HELP.get(action, descriptions[action].lower())) for action, keys in rows.items()]
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         screen = self.screen
@@ -402,8 +446,15 @@ class SkippyApp(App[None]):
 
     @on(AssistantMessage.Selected)
     def _select_reply(self, event: AssistantMessage.Selected) -> None:
-        if event.message is not self._current:
-            self._show_in_panel(event.message)
+        self._pick_reply(event.message)
+
+    def _pick_reply(self, msg: AssistantMessage) -> None:
+        """Show ``msg``'s steps in the panel (a click, alt+↑/↓), the reply in flight included."""
+        if msg is self._shown:
+            return
+        self._show_in_panel(msg)
+        if msg is self._current:
+            self._panel_pending = []  # its entry holds every step flushed so far: shown now, not again
 
     @on(SpeculationPanel.InspectStep)
     def _inspect(self, event: SpeculationPanel.InspectStep) -> None:
@@ -420,6 +471,28 @@ class SkippyApp(App[None]):
             if cell_len(text) <= width:
                 break
         bar.update(text)
+        bar.tooltip = "\n".join(self.model_descriptions()) or None
+
+    def model_descriptions(self) -> list[str]:
+        """One line per model in use (or recorded, in a replay): role, short label, GGUF name, file.
+
+        The status bar shows only the short label; this says which file it is.
+        """
+        spec = self.speculator
+        if spec is not None:
+            infos = [("target", spec.target_info), ("draft", spec.draft_info)]
+            models = [(role, i.path, i.name, i.file_type) for role, i in infos if i is not None]
+        else:
+            recorded = self.transcript.models or {}
+            models = [
+                (role, m.get("path"), m.get("name", "?"), m.get("file_type", ""))
+                for role in ("target", "draft")
+                if isinstance(m := recorded.get(role), dict)
+            ]
+        return [
+            f"{role}: {model_label(path, name, ft, 80)} · {name!r} · {path or 'path not recorded'}"
+            for role, path, name, ft in models
+        ]
 
     def on_resize(self) -> None:
         if self.query(StatusBar):  # a resize can come before the layout is composed
@@ -432,9 +505,9 @@ class SkippyApp(App[None]):
             from ..engine.native_devices import backend_name
 
             t, d = spec.target_info, spec.draft_info
-            parts.append(f"target {short_name(t.name, name_width)} {t.file_type}" if t else "target ?")
+            parts.append(f"target {model_label(t.path, t.name, t.file_type, name_width + 7)}" if t else "target ?")
             if d is not None:
-                parts.append(f"draft {short_name(d.name, name_width)} {d.file_type}")
+                parts.append(f"draft {model_label(d.path, d.name, d.file_type, name_width + 7)}")
             else:
                 parts.append(f"draft: {spec.drafter.source}" if spec.drafter is not None else "no draft")
             parts.append(backend_name())
@@ -469,7 +542,8 @@ class SkippyApp(App[None]):
                 for role in ("target", "draft"):
                     m = models.get(role)
                     if m:
-                        parts.append(f"{role} {short_name(m.get('name', '?'), name_width)} {m.get('file_type', '')}")
+                        label = model_label(m.get("path"), m.get("name", "?"), m.get("file_type", ""), name_width + 7)
+                        parts.append(f"{role} {label}")
                 if models.get("backend"):
                     parts.append(f"recorded on {models['backend']}")
             parts.append("loading models…" if self.loading else "no models loaded (f5 loads them)")
@@ -627,7 +701,9 @@ class SkippyApp(App[None]):
     # -- actions ---------------------------------------------------------------------------
 
     def action_stop(self) -> None:
-        if self.generating:
+        if self.screen.query("HelpPanel"):  # the keys panel (palette: Keys) closes first, as dialogs do
+            self.action_hide_help_panel()
+        elif self.generating:
             self._cancel.set()
         elif self._editing is not None:
             self._end_edit()
@@ -757,13 +833,76 @@ class SkippyApp(App[None]):
                 self.config.set("speculation", "n_draft", values["n_draft"])
                 self.config.set("speculation", "p_min", values["p_min"])
             self.sampling = values["sampling"]
+            # read when a reply starts (LiveGeneration), so it applies from the next reply
+            self.generation = dataclasses.replace(self.generation, max_tokens=values["max_tokens"])
 
         def done(values: dict[str, Any] | None) -> None:
             if values:
-                self.notify(tune_notice(values, before), timeout=4)
+                self.notify(tune_notice(values, before, max_tokens), timeout=4)
                 self._update_status()
 
-        self.push_screen(TuneScreen(n_draft, p_min, self.sampling, focus, apply), done)
+        max_tokens = self.generation.max_tokens
+        self.push_screen(TuneScreen(n_draft, p_min, self.sampling, focus, apply, max_tokens=max_tokens), done)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_show_reply(self, delta: int) -> None:
+        """Show the previous (-1) or next (+1) reply's steps in the panel: the keyboard's click on a reply."""
+        replies = list(self.chat.query(AssistantMessage))
+        if not replies:
+            self.notify("No reply yet.", timeout=2)
+            return
+        at = replies.index(self._shown) if self._shown in replies else len(replies) - 1
+        msg = replies[max(0, min(len(replies) - 1, at + delta))]
+        self._pick_reply(msg)
+        self.chat.scroll_to_widget(msg, animate=False)
+
+    def _reply_to_copy(self) -> tuple[int, str] | None:
+        """The reply the panel shows (or the last one): its number and text; None, with a notice, when none."""
+        replies = list(self.chat.query(AssistantMessage))
+        msg = self._shown if self._shown in replies else (replies[-1] if replies else None)
+        if msg is None or not msg.text:
+            self.notify("No reply to copy yet.", severity="warning", timeout=3)
+            return None
+        return replies.index(msg) + 1, msg.text
+
+    def action_copy_reply(self) -> None:
+        reply = self._reply_to_copy()
+        if reply is not None:
+            n, text = reply
+            self.copy_to_clipboard(text)
+            self.notify(f"Copied reply {n} ({count(len(text), 'character')}) to the clipboard.", timeout=3)
+
+    def action_copy_code(self) -> None:
+        reply = self._reply_to_copy()
+        if reply is None:
+            return
+        n, text = reply
+        blocks = code_blocks(text)
+
+        def copy(index: int | None) -> None:
+            if index is not None:
+                self.copy_to_clipboard(blocks[index][1])
+                self.notify(f"Copied code block {index + 1} of reply {n} to the clipboard.", timeout=3)
+
+        if not blocks:
+            self.notify(f"Reply {n} has no code block: alt+c copies the whole reply.", severity="warning")
+        elif len(blocks) == 1:
+            copy(0)
+        else:
+            self.push_screen(CodeBlockScreen(blocks, n), copy)
+
+    def on_key(self, event: events.Key) -> None:
+        """A character typed while the chat or the panel has the focus goes to the input, not nowhere."""
+        if not (event.is_printable and event.character) or self.screen is not self.screen_stack[0]:
+            return
+        focused = self.focused
+        if focused is None or isinstance(focused, (TextArea, Input)) or not self.prompt.display:
+            return
+        event.stop()
+        self.prompt.focus()
+        self.prompt.insert(event.character)
 
     def action_toggle_origin(self) -> None:
         self.color_origin = not self.color_origin
