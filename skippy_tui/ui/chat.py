@@ -94,7 +94,9 @@ class AssistantMessage(MessageWidget):
         fin = self.entry.finish
         if fin is not None:
             self.border_subtitle = reply_summary(fin)
-        self.refresh_origin()
+        # is_mounted turns true only after this handler, so refresh_origin() would skip the
+        # render and a reply opened while origin colouring is on would show an empty box
+        self._render_origin()
 
     @property
     def markdown(self) -> Markdown:
@@ -152,6 +154,9 @@ class AssistantMessage(MessageWidget):
         """Re-render the origin view (after new text, a toggle, or a theme change)."""
         if not (self._origin_dirty or force) or not self.is_mounted:
             return
+        self._render_origin()
+
+    def _render_origin(self) -> None:
         draft = fg(self.get_component_rich_style("origin--draft"))
         target = fg(self.get_component_rich_style("origin--target"))
         self.query_one(".origin-view", Static).update(origin_text(self._spans, draft, target))

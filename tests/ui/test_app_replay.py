@@ -570,3 +570,22 @@ def test_open_transcript_dialog_types_a_path_and_survives_a_malformed_file(tmp_p
             assert "replay chat.json" in str(app.query_one("#status").render())
 
     run(body())
+
+
+def test_transcript_opened_with_origin_colouring_on_shows_its_text() -> None:
+    """Issue 12.2: replies mounted while Ctrl+O is on rendered their origin view before it
+    could (the widget was not yet mounted) and showed empty boxes until toggled twice."""
+    saved = Transcript.load(CHAT_JSON)
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("ctrl+o")
+            assert app.chat.has_class("-origin")
+            await _open_typed(app, pilot, CHAT_JSON)
+            await wait_until(pilot, lambda: len(app.query(AssistantMessage)) == 2, 5, "the opened replies")
+            views = [m.query_one(".origin-view") for m in app.query(AssistantMessage)]
+            assert [str(v.render()) for v in views] == [e.content for e in saved.replies()]
+            assert all(v.display and v.size.height > 1 for v in views)
+
+    run(body())
