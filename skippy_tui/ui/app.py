@@ -14,9 +14,11 @@ sets it, aborts a native decode in flight, and exits.
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -143,7 +145,10 @@ class SkippyApp(App[None]):
         load_models: bool = True,
         config_error: BaseException | None = None,
         yield_cpu: bool = False,
+        reload_config: Callable[[], Config] | None = None,
     ) -> None:
+        """``reload_config`` reads the config again as the launcher did (file, then flags;
+        raises ConfigError): loading (F5) calls it, so a fixed or edited file takes effect."""
         super().__init__()
         # lower the UI's threads below the engine's (ui/priority.py); the launcher asks for it
         self._yield_cpu = yield_cpu
@@ -165,6 +170,10 @@ class SkippyApp(App[None]):
         except ConfigError as e:
             self._config_error = self._config_error or e
             self._want_load = False
+        self._reload_config = reload_config
+        # as read, to tell what F3/F4 changed in this session from what the file says
+        self._config_read = copy.deepcopy(config.values)
+        self._sampling_read = self.sampling
         self.session_stats = AcceptanceStats()
         self.color_origin = bool(config.get("ui", "color_origin"))
         # the reply in flight
@@ -275,6 +284,8 @@ class SkippyApp(App[None]):
     def action_load_models(self) -> None:
         if self.speculator is not None or self.loading:
             return
+        if not self._reread_config():
+            return
         try:
             spec = self.config.engine_spec()
         except ConfigError as e:
@@ -285,6 +296,34 @@ class SkippyApp(App[None]):
         self.query_one("#loading-label", Label).update("checking models…")
         self.refresh_bindings()
         self._load(spec)
+
+    def _reread_config(self) -> bool:
+        """Read the config again before loading; what F3/F4 changed in this session stays on top.
+
+        Returns False (with the error dialog up) when it is still wrong.
+        """
+        if self._reload_config is None:
+            return True
+        try:
+            fresh = self._reload_config()
+            gen = fresh.generation()
+            fresh.engine_spec()  # bounds, before anything is replaced
+        except ConfigError as e:
+            self._show_error("The config still has a problem", e)
+            return False
+        for section, values in self.config.values.items():
+            for key, value in values.items():
+                if value != self._config_read[section][key]:  # changed in this session (F3 with no models, F4)
+                    fresh.values[section][key] = value
+        changed = fresh.values != self.config.values
+        self.config, self._config_read, self._config_error = fresh, copy.deepcopy(fresh.values), None
+        self.generation = gen
+        if self.sampling == self._sampling_read:  # not tuned in this session: the file's sampling
+            self.sampling = gen.sampling
+        self._sampling_read = gen.sampling
+        if changed:
+            self.notify(f"Settings re-read from {fresh.source or 'the defaults'}.", timeout=4)
+        return True
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="load", name="load")
     def _load(self, spec: Any) -> Any:

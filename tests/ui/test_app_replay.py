@@ -589,3 +589,46 @@ def test_transcript_opened_with_origin_colouring_on_shows_its_text() -> None:
             assert all(v.display and v.size.height > 1 for v in views)
 
     run(body())
+
+
+def test_f5_rereads_the_config_after_it_was_fixed(tmp_path: Path) -> None:
+    """Issue 12.3: F5 loaded the defaults the app fell back to, not the fixed file; a file that is
+    still wrong says so. The fixed file names a missing target, so loading stops at its check."""
+    from skippy_tui.ui.launch import _config, _reload
+
+    cfg_file = tmp_path / "config.toml"
+    cfg_file.write_text("[speculation]\nn_drafts = 3\n", "utf-8")
+    args = build_parser().parse_args(["--config", str(cfg_file), "--max-tokens", "7"])
+    config, error = _config(args)
+    assert error is not None and config.get("speculation", "n_draft") == "auto"  # fell back to the defaults
+
+    async def body() -> None:
+        app = SkippyApp(config, config_error=error, reload_config=lambda: _reload(args))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for_screen(pilot, app, ErrorScreen, 10)
+            await pilot.click("#continue")
+            await wait_until(pilot, lambda: not isinstance(app.screen, ErrorScreen), 5, "dismiss")
+            # still wrong: F5 says so, naming the key, and changes nothing
+            await pilot.press("f5")
+            screen = await wait_for_screen(pilot, app, ErrorScreen, 10)
+            assert screen.title_text == "The config still has a problem"
+            assert "n_drafts" in str(screen.query_one("#error-message").render())
+            await pilot.click("#continue")
+            await wait_until(pilot, lambda: not isinstance(app.screen, ErrorScreen), 5, "dismiss")
+            assert app.config.get("speculation", "n_draft") == "auto" and not app.loading
+            await pilot.press("f4")  # a change made in this session stays on top of the file
+            assert app.config.get("speculation", "enabled") is False
+            # fixed: F5 loads with the file's values (and the flag still on top)
+            missing = tmp_path / "target.gguf"
+            cfg_file.write_text(
+                f'[speculation]\nn_draft = 3\n[sampling]\ntemperature = 0.5\n[target]\npath = "{missing}"\n', "utf-8"
+            )
+            await pilot.press("f5")
+            screen = await wait_for_screen(pilot, app, ErrorScreen, 30)
+            assert screen.title_text == "Could not load the models"
+            assert str(missing) in str(screen.query_one("#error-message").render())
+            assert app.config.get("speculation", "n_draft") == 3
+            assert app.sampling.temperature == 0.5 and app.generation.max_tokens == 7
+            assert app.config.get("speculation", "enabled") is False
+
+    run(body())
