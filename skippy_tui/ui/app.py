@@ -50,6 +50,7 @@ from ..transcript import (
 )
 from .chat import AssistantMessage, ChatView, MessageWidget, SystemNote, UserMessage, Welcome
 from .commands import SkippyCommands
+from .confirm import DISCARD, SAVE, ConfirmDiscardScreen
 from .messages import EngineEvent, LoadProgress
 from .panel import SpeculationPanel
 from .prompt import HINT, PromptInput
@@ -192,6 +193,7 @@ class SkippyApp(App[None]):
         self._n_past = 0
         self._n_ctx = 0
         self._theme_errors: list[str] = []
+        self._mark_saved()  # a transcript opened from a file is saved as it stands
 
     # -- layout -------------------------------------------------------------------------
 
@@ -663,10 +665,62 @@ class SkippyApp(App[None]):
             self.prompt.clear()
 
     async def action_quit(self) -> None:
+        screen = self.screen
+        if isinstance(screen, ConfirmDiscardScreen) and screen.action_name == "Quit":
+            screen.dismiss(DISCARD)  # ctrl+q twice: quit without saving
+            return
+        await self._unless_kept("Quit", self._quit_now)
+
+    def _quit_now(self) -> None:
         self._cancel.set()
         if self.generating and self.speculator is not None:
             self.speculator.abort()
         self.exit(return_code=0)
+
+    # -- unsaved conversations --------------------------------------------------------------
+
+    def _mark_saved(self) -> None:
+        """The conversation as it stands is on disk (or came from there)."""
+        self._saved_entries = list(self.transcript.entries)
+        self._saved_system = self.transcript.system_prompt
+
+    @property
+    def unsaved(self) -> bool:
+        """The conversation has messages and differs from what was last saved or opened
+        (entries compared by identity: an edit or a regenerate replaces them)."""
+        entries = self.transcript.entries
+        if not entries:
+            return False
+        same = len(entries) == len(self._saved_entries) and all(a is b for a, b in zip(entries, self._saved_entries))
+        return not same or self.transcript.system_prompt != self._saved_system
+
+    async def _unless_kept(self, action: str, proceed: Callable[[], Any]) -> None:
+        """Run ``proceed`` (which drops the conversation) once the conversation is safe.
+
+        Saved or empty: at once. With ``[ui] autosave`` on: after saving it. Otherwise a
+        dialog asks: Enter/y goes on without saving, s saves first, Esc/n keeps the chat.
+        A failed save (its error is shown) goes nowhere.
+        """
+
+        async def go() -> None:
+            result = proceed()
+            if asyncio.iscoroutine(result):
+                await result
+
+        if not self.unsaved:
+            await go()
+            return
+        if self.config.get("ui", "autosave") and self.action_save(quiet=True):
+            await go()
+            return
+
+        async def chosen(choice: str | None) -> None:
+            if choice == DISCARD or (choice == SAVE and self.action_save()):
+                await go()
+
+        n = len(self.transcript.entries)
+        what = f"This conversation ({n} message{'s' if n != 1 else ''})"
+        self.push_screen(ConfirmDiscardScreen(action, what), chosen)
 
     def _busy(self) -> bool:
         if self.generating:
@@ -685,6 +739,11 @@ class SkippyApp(App[None]):
 
     async def action_new_chat(self) -> None:
         if self._busy():
+            return
+        await self._unless_kept("Start a new chat", self._new_chat_now)
+
+    async def _new_chat_now(self) -> None:
+        if self._busy():  # a reply may have started while the dialog asked
             return
         self.transcript = Transcript(system_prompt=self.transcript.system_prompt)
         self.transcript_path = None
@@ -822,11 +881,12 @@ class SkippyApp(App[None]):
         t.config = {s: dict(v) for s, v in self.config.values.items()}
         t.versions = versions()
 
-    def action_save(self, quiet: bool = False) -> None:
+    def action_save(self, quiet: bool = False) -> bool:
+        """Save the transcript (Markdown + JSON); True once it is on disk."""
         if not self.transcript.entries:
             if not quiet:
                 self.notify("Nothing to save yet.")
-            return
+            return False
         self._snapshot_metadata()
         path = self.transcript_path
         if path is None or path.suffix != ".json":
@@ -835,11 +895,13 @@ class SkippyApp(App[None]):
             json_path, md_path = self.transcript.save(path)
         except TranscriptError as e:
             self.notify(str(e), title="Save failed", severity="error", timeout=10)
-            return
+            return False
         self.transcript_path = json_path
+        self._mark_saved()
         if not quiet:
             extra = " (the reply in flight is not included)" if self.generating else ""
             self.notify(f"Saved {json_path}\nand {md_path.name}{extra}", title="Transcript saved", timeout=5)
+        return True
 
     def action_open_transcript(self) -> None:
         if self._busy():
@@ -848,7 +910,7 @@ class SkippyApp(App[None]):
         async def done(path: Path | None) -> None:
             if path is None:
                 return
-            await self.open_transcript(path)
+            await self._unless_kept("Open", lambda: self.open_transcript(path))
 
         self.push_screen(OpenTranscriptScreen(self.transcript_dir()), done)
 
@@ -869,6 +931,7 @@ class SkippyApp(App[None]):
             await self._show_transcript()
             self.notify(f"{path}: {type(e).__name__}: {e}", title="Cannot open transcript", severity="error")
             return
+        self._mark_saved()
         self._update_status()
         if self.speculator is not None:
             self.notify("Transcript opened: type a message to continue it.", timeout=4)

@@ -632,3 +632,102 @@ def test_f5_rereads_the_config_after_it_was_fixed(tmp_path: Path) -> None:
             assert app.config.get("speculation", "enabled") is False
 
     run(body())
+
+
+def _copy(tmp_path: Path, src: Path = CHAT_JSON) -> Path:
+    """A copy of a fixture, so that a save in the test never rewrites the committed one."""
+    dest = tmp_path / src.name
+    dest.write_bytes(src.read_bytes())
+    return dest
+
+
+def test_new_chat_and_open_ask_first_only_when_the_chat_is_unsaved(tmp_path: Path) -> None:
+    """Issue 12.1: Ctrl+N dropped the conversation at once. Saved (here: just opened) it still
+    does; changed, a dialog asks: n/Esc keep it, Enter/y clear it."""
+    from skippy_tui.ui.confirm import ConfirmDiscardScreen
+
+    path = _copy(tmp_path)
+
+    async def body() -> None:
+        app = replay_app(path=path)
+        async with app.run_test(size=SIZE) as pilot:
+            assert not app.unsaved
+            await pilot.press("ctrl+n")
+            await wait_until(pilot, lambda: not app.transcript.entries, 5, "the saved chat to clear at once")
+            assert not isinstance(app.screen, ConfirmDiscardScreen)
+            await app.open_transcript(path)
+            await pilot.press("f2")
+            await wait_for_screen(pilot, app, SystemPromptScreen, 5)
+            await pilot.press(*"Be brief.", "ctrl+s")
+            await wait_until(pilot, lambda: app.unsaved, 5, "the system prompt change")
+            for key in ("n", "escape"):
+                await pilot.press("ctrl+n")
+                await wait_for_screen(pilot, app, ConfirmDiscardScreen, 5)
+                await pilot.press(key)
+                await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmDiscardScreen), 5, "cancel")
+                assert len(app.transcript.entries) == 4 and len(app.query(MessageWidget)) == 4, key
+            # opening another transcript asks too
+            await _open_typed(app, pilot, SAMPLED_JSON)
+            await wait_for_screen(pilot, app, ConfirmDiscardScreen, 5)
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmDiscardScreen), 5, "cancel")
+            assert app.transcript_path == path
+            await pilot.press("ctrl+n")
+            await wait_for_screen(pilot, app, ConfirmDiscardScreen, 5)
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: not app.transcript.entries, 5, "the chat to clear")
+            assert not app.query(MessageWidget) and app.query(Welcome)
+            assert Transcript.load(path) == Transcript.load(CHAT_JSON)  # nothing was written
+
+    run(body())
+
+
+def test_quit_with_an_unsaved_chat_asks_and_can_save_first(tmp_path: Path) -> None:
+    from skippy_tui.ui.confirm import ConfirmDiscardScreen
+
+    path = _copy(tmp_path)
+
+    async def body() -> None:
+        app = replay_app(path=path)
+        async with app.run_test(size=SIZE) as pilot:
+            app.transcript.system_prompt = "Be brief."  # a change since it was opened
+            await pilot.press("ctrl+q")
+            await wait_for_screen(pilot, app, ConfirmDiscardScreen, 5)
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmDiscardScreen), 5, "cancel")
+            assert app.is_running and app.return_code is None
+            await pilot.press("ctrl+q")
+            await wait_for_screen(pilot, app, ConfirmDiscardScreen, 5)
+            await pilot.press("s")
+            await wait_until(pilot, lambda: app.return_code == 0, 5, "quit after saving")
+        assert Transcript.load(path).system_prompt == "Be brief."
+
+    run(body())
+
+
+def test_quit_twice_quits_without_saving_and_autosave_saves_instead_of_asking(tmp_path: Path) -> None:
+    from skippy_tui.ui.confirm import ConfirmDiscardScreen
+
+    path = _copy(tmp_path)
+
+    async def twice() -> None:
+        app = replay_app(path=path)
+        async with app.run_test(size=SIZE) as pilot:
+            app.transcript.system_prompt = "Be brief."
+            await pilot.press("ctrl+q")
+            await wait_for_screen(pilot, app, ConfirmDiscardScreen, 5)
+            await pilot.press("ctrl+q")
+            await wait_until(pilot, lambda: app.return_code == 0, 5, "quit")
+        assert Transcript.load(path).system_prompt == ""
+
+    async def autosave() -> None:
+        app = replay_app(ui_config(ui={"autosave": True}), path=path)
+        async with app.run_test(size=SIZE) as pilot:
+            app.transcript.system_prompt = "Be terse."
+            await pilot.press("ctrl+q")
+            await wait_until(pilot, lambda: app.return_code == 0, 5, "quit")
+            assert not isinstance(app.screen, ConfirmDiscardScreen)
+        assert Transcript.load(path).system_prompt == "Be terse."
+
+    run(twice())
+    run(autosave())
