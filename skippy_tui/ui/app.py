@@ -22,7 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rich.cells import cell_len
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
@@ -54,13 +53,15 @@ from .confirm import DISCARD, SAVE, ConfirmDiscardScreen
 from .messages import EngineEvent, LoadProgress
 from .panel import SpeculationPanel
 from .prompt import HINT, PromptInput
-from .render import short_name
+from .render import Part, fit_parts, short_name
 from .screens import ErrorScreen, InspectorScreen, OpenTranscriptScreen, SystemPromptScreen, TuneScreen, how_to_fix
 from .themes import UiState, load_themes
 
 FLUSH_HZ = 20
 PANEL_HZ = 4
-STATUS_NAME_WIDTHS = (28, 22, 16, 12, 8)  # model name widths the status bar tries, widest first
+STATUS_NAME_WIDTHS = (28, 22, 16, 12)  # model name widths the status bar tries, widest first
+SIDE_BY_SIDE_MIN_WIDTH = 120  # narrower: the panel goes under the chat
+STACKED_MIN_HEIGHT = 30  # under the chat and shorter than this, the panel hides (F6 shows it)
 # the app's own actions: off while a dialog (not the command palette) is open
 CHAT_ACTIONS = frozenset(
     {"stop", "new_chat", "regenerate", "edit_last", "system_prompt", "tune", "toggle_speculation"}
@@ -132,6 +133,7 @@ class SkippyApp(App[None]):
         Binding("ctrl+o", "toggle_origin", "Origins"),
         Binding("ctrl+s", "save", "Save"),
         Binding("ctrl+t", "change_theme", "Theme"),
+        Binding("f6", "toggle_panel", "Panel", priority=True),  # over the input's own F6 (select line)
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
     ]
@@ -193,6 +195,8 @@ class SkippyApp(App[None]):
         self._n_past = 0
         self._n_ctx = 0
         self._theme_errors: list[str] = []
+        self._stacked: bool | None = None  # the panel under the chat (a narrow terminal)
+        self._panel_choice: bool | None = None  # F6's show/hide, until the layout changes
         self._mark_saved()  # a transcript opened from a file is saved as it stands
 
     # -- layout -------------------------------------------------------------------------
@@ -445,65 +449,100 @@ class SkippyApp(App[None]):
     def _update_status(self) -> None:
         bar = self.query_one(StatusBar)
         width = bar.content_region.width or self.size.width - 2
-        # the bar is one line: model names shrink first, so speculation and sampling stay in view
-        for name_width in STATUS_NAME_WIDTHS:
-            text = " │ ".join(self._status_parts(name_width))
-            if cell_len(text) <= width:
-                break
-        bar.update(text)
+        # one line: the least useful fields shorten or go first; tok/s, speculation and sampling stay
+        bar.update(fit_parts(self._status_parts(), width, " │ "))
 
     def on_resize(self) -> None:
         if self.query(StatusBar):  # a resize can come before the layout is composed
+            self._apply_layout()
             self._update_status()
 
-    def _status_parts(self, name_width: int) -> list[str]:
-        parts: list[str] = []
+    def _apply_layout(self) -> None:
+        """Side by side when wide; the panel under the chat when narrow, hidden when also short.
+
+        F6's choice holds until the layout changes between side by side and stacked.
+        """
+        width, height = self.size
+        stacked = width < SIDE_BY_SIDE_MIN_WIDTH
+        if stacked != self._stacked:
+            self._stacked, self._panel_choice = stacked, None
+        shown = not stacked or height >= STACKED_MIN_HEIGHT
+        if self._panel_choice is not None:
+            shown = self._panel_choice
+        self.query_one("#main").set_class(stacked, "-stacked")
+        self.panel.set_stacked(stacked)
+        self.panel.display = shown
+
+    def action_toggle_panel(self) -> None:
+        self._panel_choice = not self.panel.display
+        self._apply_layout()
+        self._update_status()
+
+    @staticmethod
+    def _names(role: str, name: str, file_type: str, drop: float) -> Part:
+        """A model's status field: its name shortens twice, then to 12 cells, then it goes at ``drop``."""
+        forms = tuple(f"{role} {short_name(name, w)} {file_type}".rstrip() for w in STATUS_NAME_WIDTHS)
+        return Part((*forms, ""), (0.1, 0.2, 3, drop))
+
+    def _status_parts(self) -> list[Part]:
+        """The status bar's fields in order; the ranks say which give way first (see fit_parts)."""
+        parts: list[Part] = []
         spec = self.speculator
         if spec is not None:
             from ..engine.native import backend_name
 
             t, d = spec.target_info, spec.draft_info
-            parts.append(f"target {short_name(t.name, name_width)} {t.file_type}" if t else "target ?")
+            parts.append(self._names("target", t.name, t.file_type, 7) if t else Part(("target ?", ""), (7,)))
             if d is not None:
-                parts.append(f"draft {short_name(d.name, name_width)} {d.file_type}")
+                parts.append(self._names("draft", d.name, d.file_type, 5))
             else:
-                parts.append(f"draft: {spec.drafter.source}" if spec.drafter is not None else "no draft")
-            parts.append(backend_name())
-            parts.append(f"ctx {self._n_past}/{self._n_ctx or spec.n_ctx}")
+                parts.append(
+                    Part((f"draft: {spec.drafter.source}" if spec.drafter is not None else "no draft", ""), (5,))
+                )
+            parts.append(Part((backend_name(), ""), (1,)))
+            parts.append(Part((f"ctx {self._n_past}/{self._n_ctx or spec.n_ctx}", ""), (8,)))
             tps = self._live_stats.tokens_per_second if self.generating else self._last_tps()
-            parts.append(f"{tps:.1f} tok/s")
+            parts.append(Part((f"{tps:.1f} tok/s",)))
             s = spec.speculation
             on_ = s.enabled and spec.drafter is not None
-            parts.append(f"spec {'on' if on_ else 'off'}" + (f" k={s.n_draft} p_min={s.p_min:g}" if on_ else ""))
-            if spec.no_rollback:
-                parts[-1] += " (recurrent model)"
-            parts.append(self._sampling_status())
+            state = f"spec {'on' if on_ else 'off'}" + (" (recurrent model)" if spec.no_rollback else "")
+            if on_:
+                parts.append(Part((f"{state} k={s.n_draft} p_min={s.p_min:g}", f"{state} k={s.n_draft}"), (9,)))
+            else:
+                parts.append(Part((state,)))
+            full = self._sampling_status()
+            parts.append(Part((full, self.sampling.label()), (10,)) if full != self.sampling.label() else Part((full,)))
             verdict = spec.verdict() if on_ else None
             if verdict is not None:
-                parts.append(f"≈{verdict:.2f}× plain")
+                parts.append(Part((f"≈{verdict:.2f}× plain", ""), (6,)))
             inv = spec.invariance
             if on_ and inv is not None:
                 # verify batches longer than inv.rows are split to stay bit-exact
                 rows = "" if inv.rows is None else " ≤1 row" if inv.rows == 1 else f" ≤{inv.rows} rows"
-                parts.append("exact" + rows)
+                parts.append(Part(("exact" + rows, ""), (2,)))
             elif on_ and s.profile == "fast":
                 # flash attention + repacking, one verify batch: faster, identity approximate
-                parts.append("profile fast")
+                parts.append(Part(("profile fast", ""), (2,)))
             elif on_ and not s.exact:
                 # exact = false: one verify batch, unchecked; same-seed identity is approximate
-                parts.append("not exact")
+                parts.append(Part(("not exact", ""), (2,)))
         else:
             models = self.transcript.models
             if self.replay or models:
                 name = self.transcript_path.name if self.transcript_path else "transcript"
-                parts.append(f"replay {name}")
-                for role in ("target", "draft"):
+                parts.append(Part((f"replay {name}",)))
+                for role, drop in (("target", 7), ("draft", 5)):
                     m = models.get(role)
                     if m:
-                        parts.append(f"{role} {short_name(m.get('name', '?'), name_width)} {m.get('file_type', '')}")
+                        parts.append(self._names(role, m.get("name", "?"), m.get("file_type", ""), drop))
                 if models.get("backend"):
-                    parts.append(f"recorded on {models['backend']}")
-            parts.append("loading models…" if self.loading else "no models loaded (f5 loads them)")
+                    parts.append(Part((f"recorded on {models['backend']}", ""), (1,)))
+            if self.loading:
+                parts.append(Part(("loading models…",)))
+            else:
+                parts.append(Part(("no models loaded (f5 loads them)", "no models (f5)"), (9,)))
+        if not self.panel.display:
+            parts.append(Part(("panel hidden (f6)", ""), (7.5,)))  # after the model names
         return parts
 
     def _sampling_status(self) -> str:
