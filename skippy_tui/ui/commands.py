@@ -28,6 +28,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("Set presence penalty", "Lower every seen token, 0 = off (from the next step)", "tune('presence_penalty')"),
     ("Set frequency penalty", "Lower tokens by times seen, 0 = off (from the next step)", "tune('frequency_penalty')"),
     ("Toggle origin colouring", "Colour reply text by draft (accepted) vs target tokens", "toggle_origin"),
+    ("Show/hide the speculation panel", "At any size; narrow terminals put it under the chat", "toggle_panel"),
     ("Save transcript", "Write the conversation as Markdown + JSON", "save"),
     ("Open transcript", "Load a saved conversation (continue it when models are loaded)", "open_transcript"),
     ("Load models", "Load the configured models to continue this conversation", "load_models"),

@@ -63,6 +63,7 @@ class Timeline(DataTable):
         self.steps: list[StepVerified] = []
         self.compact = False  # short sync badges
         self._widest: dict[str, int] = {}  # per column (and "sync_short"): the widest cell so far
+        self._sizes: dict[str, int] = {}  # the column widths set last
 
     def on_mount(self) -> None:
         for label, key in COLUMNS:
@@ -134,11 +135,13 @@ class Timeline(DataTable):
             "ms": w["ms"],
         }
         sizes["proposal"] = max(width - sum(sizes.values()) - 5 * pad, PROPOSAL_MIN)
-        for key, size in sizes.items():
-            column = self.columns[ColumnKey(key)]
-            column.width, column.auto_width = size, False
-        self._require_update_dimensions = True
-        self.refresh()
+        if sizes != self._sizes:  # most batches of steps change no width
+            self._sizes = sizes
+            for key, size in sizes.items():
+                column = self.columns[ColumnKey(key)]
+                column.width, column.auto_width = size, False
+            self._require_update_dimensions = True
+            self.refresh()
         changed, self.compact = compact != self.compact, compact
         if changed:
             self.post_message(self.Compacted())

@@ -159,3 +159,20 @@ def test_status_bar_keeps_temperature_speculation_and_speed(speculator, width: i
                 assert not any(f.startswith(("target ", "draft ")) for f in fields), status
 
     run(body())
+
+
+def test_f6_is_listed_in_the_footer_and_the_palette() -> None:
+    async def body() -> None:
+        app = layout_app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            from skippy_tui.ui.commands import SkippyCommands
+
+            titles = [t for t, _, _ in SkippyCommands(app.screen)._commands()]
+            assert "Show/hide the speculation panel  (f6)" in titles
+            footer = app.query_one("Footer")
+            keys = [k.key for k in footer.query("FooterKey")]
+            assert keys[0] == "f6"  # first, so it is in view at 80 columns
+            assert footer.query("FooterKey").first().region.right <= 80
+
+    run(body())
