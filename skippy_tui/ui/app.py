@@ -480,9 +480,9 @@ class SkippyApp(App[None]):
 
     @staticmethod
     def _names(role: str, name: str, file_type: str, drop: float) -> Part:
-        """A model's status field: its name shortens twice, then to 12 cells, then it goes at ``drop``."""
+        """A model's status field: the name shortens (down to 12 cells) before any field goes; it goes at ``drop``."""
         forms = tuple(f"{role} {short_name(name, w)} {file_type}".rstrip() for w in STATUS_NAME_WIDTHS)
-        return Part((*forms, ""), (0.1, 0.2, 3, drop))
+        return Part((*forms, ""), (0.1, 0.2, 0.3, drop))
 
     def _status_parts(self) -> list[Part]:
         """The status bar's fields in order; the ranks say which give way first (see fit_parts)."""
