@@ -114,6 +114,19 @@ def tune_notice(values: dict[str, Any], before: SamplingParams) -> str:
 class StatusBar(Static):
     """Models, backend, context used, tokens/s, speculation state."""
 
+    def on_resize(self) -> None:
+        self.app._update_status()  # type: ignore[attr-defined]
+
+
+class MainArea(Horizontal):
+    """The chat column and the panel. It lays them out again when the terminal's size
+    changes: the app itself gets only the first resize (later ones go to the screen)."""
+
+    def on_resize(self) -> None:
+        app: SkippyApp = self.app  # type: ignore[assignment]
+        app._apply_layout()
+        app._update_status()
+
 
 class SkippyApp(App[None]):
     """skippy-tui: chat through speculative decoding and watch each step."""
@@ -202,7 +215,7 @@ class SkippyApp(App[None]):
     # -- layout -------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        with Horizontal(id="main"):
+        with MainArea(id="main"):
             with Vertical(id="chat-column"):
                 with Horizontal(id="loading"):
                     yield Label("", id="loading-label")
@@ -454,7 +467,6 @@ class SkippyApp(App[None]):
 
     def on_resize(self) -> None:
         if self.query(StatusBar):  # a resize can come before the layout is composed
-            self._apply_layout()
             self._update_status()
 
     def _apply_layout(self) -> None:

@@ -64,6 +64,7 @@ class Timeline(DataTable):
         self.compact = False  # short sync badges
         self._widest: dict[str, int] = {}  # per column (and "sync_short"): the widest cell so far
         self._sizes: dict[str, int] = {}  # the column widths set last
+        self._follow = True  # keep the last row in view: true until the user scrolls up from it
 
     def on_mount(self) -> None:
         for label, key in COLUMNS:
@@ -149,34 +150,51 @@ class Timeline(DataTable):
 
     def _rebuild(self) -> None:
         """All rows again (after the sync column changed form or the theme changed)."""
-        row = self.cursor_row
-        at_end = self.scroll_y >= self.max_scroll_y - 1
-        self.clear()
+        row, follow = self.cursor_row, self._follow
+        self.clear()  # scrolls to the top
+        self._follow = follow
         if self.steps:
             self.add_rows([self._row(st) for st in self.steps])
-            self.move_cursor(row=min(row, len(self.steps) - 1), scroll=False)
-            if at_end:
-                self.scroll_end(animate=False, immediate=False)
+            self.move_cursor(row=min(row, len(self.steps) - 1), scroll=not follow)  # Enter inspects this row
+            self._stick()
 
     def add_steps(self, steps: list[StepVerified]) -> None:
-        at_end = self.scroll_y >= self.max_scroll_y - 1
         self.steps += steps
         self._measure(steps)
         if self._fit():
             self._rebuild()
             return
         self.add_rows([self._row(st) for st in steps])
-        if at_end:
-            self.scroll_end(animate=False, immediate=False)
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if new_value < old_value:  # scrolled up: stop following; back at the end: follow again
+            self._follow = False
+        elif new_value >= self.max_scroll_y - 1:
+            self._follow = True
+
+    def watch_virtual_size(self) -> None:
+        self._stick()
+
+    def _stick(self) -> None:
+        """Scroll to the last row when following, once the table knows its height (on idle)."""
+        if not self._follow:
+            return
+        if self._require_update_dimensions or self._new_rows:
+            self.call_after_refresh(self._stick)
+            return
+        self.scroll_end(animate=False, immediate=True)
 
     def set_steps(self, steps: list[StepVerified]) -> None:
         self.clear()
-        self.steps, self._widest = [], {}
+        self.steps, self._widest, self._follow = [], {}, True
         self.add_steps(steps)
 
     def on_resize(self) -> None:
         if self._fit():
             self._rebuild()
+        else:  # shown, or given more or fewer rows: the last row stays in view
+            self._stick()
 
     def restyle(self) -> None:
         """Rebuild the rows with the current theme's styles."""

@@ -95,16 +95,20 @@ def test_step_rows_keep_every_column_in_view(size: tuple[int, int]) -> None:
             await pilot.pause()
             used = sum(c.get_render_width(timeline) for c in timeline.columns.values())
             assert used <= timeline.size.width - 1  # the scrollbar's column stays free
-            rows = [_line(timeline, y) for y in range(1, 9)]  # under the header
-            assert "(reply ended)" in rows[-1] and "17s" in rows[-1]
+            # the rows in view, under the header: the table follows its last row
+            rows = {
+                int(t.split()[0]): t for t in (_line(timeline, y) for y in range(1, timeline.size.height)) if t.strip()
+            }
+            assert max(rows) == 7 and len(rows) == min(8, timeline.size.height - 1)
+            assert "(reply ended)" in rows[7] and "17s" in rows[7]
             sync = "t130→130" if timeline.compact else "truncate 130→130"
-            assert sync in rows[-1]
+            assert sync in rows[7]
             legend = app.query_one("#legend")
             assert legend.display == timeline.compact and str(legend.render()) == SYNC_LEGEND
             # every proposal is shown whole, or as much as fits and "…"
             room = timeline.columns[ColumnKey("proposal")].width
-            for row, st in zip(rows, timeline.steps):
-                full = proposal_cell(st, "", "").plain
+            for i, row in rows.items():
+                full = proposal_cell(timeline.steps[i], "", "").plain
                 assert (full if len(full) <= room else full[: room - 1] + "…") in row, (row, full, room)
 
     run(body())
@@ -174,5 +178,68 @@ def test_f6_is_listed_in_the_footer_and_the_palette() -> None:
             keys = [k.key for k in footer.query("FooterKey")]
             assert keys[0] == "f6"  # first, so it is in view at 80 columns
             assert footer.query("FooterKey").first().region.right <= 80
+
+    run(body())
+
+
+def test_resizing_the_terminal_lays_the_screen_out_again() -> None:
+    """The app receives only the first resize (later ones go to the screen): the layout must follow
+    every one, and F6's choice holds until the layout changes between side by side and stacked."""
+
+    async def body() -> None:
+        app = layout_app()
+        async with app.run_test(size=(90, 25)) as pilot:
+            main, status = app.query_one("#main"), app.query_one("#status")
+            await pilot.pause()
+            assert main.has_class("-stacked") and not app.panel.display
+            await pilot.resize_terminal(150, 42)
+            await wait_until(pilot, lambda: not main.has_class("-stacked"), 5, "side by side")
+            assert app.panel.display and "draft " in str(status.render())  # room for the names again
+            _inside(app)
+            await pilot.press("f6")  # hidden by choice...
+            await pilot.resize_terminal(140, 40)
+            await pilot.pause()
+            assert not app.panel.display  # ...while the layout stays side by side
+            await pilot.resize_terminal(100, 30)
+            await wait_until(pilot, lambda: main.has_class("-stacked"), 5, "stacked")
+            assert app.panel.display  # a new layout: shown again, under the chat
+            _inside(app)
+            await pilot.resize_terminal(100, 24)
+            await wait_until(pilot, lambda: not app.panel.display, 5, "hidden when short")
+            assert "panel hidden (f6)" in str(status.render())
+
+    run(body())
+
+
+def test_the_timeline_follows_its_last_row_until_scrolled_up() -> None:
+    """New rows keep the last one in view, also after the panel was hidden or re-laid out
+    (the first rows used to stay in view); scrolled up, the view stays where it was put."""
+
+    async def body() -> None:
+        app = layout_app()
+        async with app.run_test(size=(100, 30)) as pilot:
+            timeline = app.panel.timeline
+            more = list(timeline.steps)
+            await wait_until(
+                pilot, lambda: timeline.max_scroll_y > 0 and timeline.scroll_y == timeline.max_scroll_y, 5, "the end"
+            )
+            timeline.add_steps(more)
+            await wait_until(
+                pilot,
+                lambda: timeline.scroll_y == timeline.max_scroll_y and timeline.max_scroll_y > 8,
+                5,
+                "the new end",
+            )
+            timeline.scroll_home(animate=False, immediate=True)
+            await pilot.pause()
+            timeline.add_steps(more)
+            await pilot.pause(0.2)
+            assert timeline.scroll_y == 0 and timeline.row_count == 24
+            timeline.scroll_end(animate=False, immediate=True)  # back at the end: following again
+            await pilot.pause()
+            timeline.add_steps(more)
+            await wait_until(
+                pilot, lambda: timeline.scroll_y == timeline.max_scroll_y and timeline.row_count == 32, 5, "following"
+            )
 
     run(body())
