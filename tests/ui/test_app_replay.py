@@ -731,3 +731,20 @@ def test_quit_twice_quits_without_saving_and_autosave_saves_instead_of_asking(tm
 
     run(twice())
     run(autosave())
+
+
+def test_the_launcher_gives_the_app_a_config_reader_with_the_flags_on_top(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from skippy_tui.ui import launch
+
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[speculation]\nn_draft = 3\n", "utf-8")
+    built: list[SkippyApp] = []
+    monkeypatch.setattr(launch, "_run", lambda app: built.append(app) or 0)
+    for argv in (["--config", str(cfg), "--max-tokens", "9"], ["replay", str(CHAT_JSON), "--config", str(cfg)]):
+        assert main(argv) == 0
+    cfg.write_text("[speculation]\nn_draft = 5\n[generation]\nmax_tokens = 50\n", "utf-8")
+    fresh = [app._reload_config() for app in built]  # what F5 reads
+    assert [c.get("speculation", "n_draft") for c in fresh] == [5, 5]
+    assert [c.get("generation", "max_tokens") for c in fresh] == [9, 50]  # the flag stays on top
