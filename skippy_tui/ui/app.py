@@ -14,13 +14,14 @@ sets it, aborts a native decode in flight, and exits.
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rich.cells import cell_len
 from textual import events, on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
@@ -49,17 +50,20 @@ from ..transcript import (
 from .chat import AssistantMessage, ChatView, MessageWidget, SystemNote, UserMessage, Welcome
 from .clipboard import CodeBlockScreen, code_blocks
 from .commands import SkippyCommands
+from .confirm import DISCARD, SAVE, ConfirmDiscardScreen
 from .help import HelpScreen
 from .messages import EngineEvent, LoadProgress
 from .panel import SpeculationPanel
 from .prompt import HINT, PromptInput
-from .render import model_label
+from .render import Part, fit_parts, model_label
 from .screens import ErrorScreen, InspectorScreen, OpenTranscriptScreen, SystemPromptScreen, TuneScreen, how_to_fix
 from .themes import UiState, load_themes
 
 FLUSH_HZ = 20
 PANEL_HZ = 4
-STATUS_NAME_WIDTHS = (28, 22, 16, 12, 8)  # model name widths the status bar tries, widest first
+STATUS_NAME_WIDTHS = (28, 22, 16, 12)  # model name widths the status bar tries, widest first
+SIDE_BY_SIDE_MIN_WIDTH = 120  # narrower: the panel goes under the chat
+STACKED_MIN_HEIGHT = 30  # under the chat and shorter than this, the panel hides (F6 shows it)
 # the app's own actions: off while a dialog (not the command palette) is open
 CHAT_ACTIONS = frozenset(
     {"stop", "new_chat", "regenerate", "edit_last", "system_prompt", "tune", "toggle_speculation"}
@@ -136,6 +140,19 @@ def tune_notice(values: dict[str, Any], before: SamplingParams, max_tokens: int 
 class StatusBar(Static):
     """Models, backend, context used, tokens/s, speculation state."""
 
+    def on_resize(self) -> None:
+        self.app._update_status()  # type: ignore[attr-defined]
+
+
+class MainArea(Horizontal):
+    """The chat column and the panel. It lays them out again when the terminal's size
+    changes: the app itself gets only the first resize (later ones go to the screen)."""
+
+    def on_resize(self) -> None:
+        app: SkippyApp = self.app  # type: ignore[assignment]
+        app._apply_layout()
+        app._update_status()
+
 
 class SkippyApp(App[None]):
     """skippy-tui: chat through speculative decoding and watch each step."""
@@ -160,6 +177,7 @@ class SkippyApp(App[None]):
         Binding("alt+down", "show_reply(1)", "Next reply", show=False),
         Binding("alt+c", "copy_reply", "Copy reply", show=False),
         Binding("alt+k", "copy_code", "Copy code block", show=False),
+        Binding("f6", "toggle_panel", "Panel", priority=True),  # over the input's own F6 (select line)
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
     ]
@@ -174,7 +192,10 @@ class SkippyApp(App[None]):
         load_models: bool = True,
         config_error: BaseException | None = None,
         yield_cpu: bool = False,
+        reload_config: Callable[[], Config] | None = None,
     ) -> None:
+        """``reload_config`` reads the config again as the launcher did (file, then flags;
+        raises ConfigError): loading (F5) calls it, so a fixed or edited file takes effect."""
         super().__init__()
         # lower the UI's threads below the engine's (ui/priority.py); the launcher asks for it
         self._yield_cpu = yield_cpu
@@ -196,6 +217,10 @@ class SkippyApp(App[None]):
         except ConfigError as e:
             self._config_error = self._config_error or e
             self._want_load = False
+        self._reload_config = reload_config
+        # as read, to tell what F3/F4 changed in this session from what the file says
+        self._config_read = copy.deepcopy(config.values)
+        self._sampling_read = self.sampling
         self.session_stats = AcceptanceStats()
         self.color_origin = bool(config.get("ui", "color_origin"))
         # the reply in flight
@@ -216,11 +241,14 @@ class SkippyApp(App[None]):
         self._n_past = 0
         self._n_ctx = 0
         self._theme_errors: list[str] = []
+        self._stacked: bool | None = None  # the panel under the chat (a narrow terminal)
+        self._panel_choice: bool | None = None  # F6's show/hide, until the layout changes
+        self._mark_saved()  # a transcript opened from a file is saved as it stands
 
     # -- layout -------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        with Horizontal(id="main"):
+        with MainArea(id="main"):
             with Vertical(id="chat-column"):
                 with Horizontal(id="loading"):
                     yield Label("", id="loading-label")
@@ -321,6 +349,8 @@ class SkippyApp(App[None]):
     def action_load_models(self) -> None:
         if self.speculator is not None or self.loading:
             return
+        if not self._reread_config():
+            return
         try:
             spec = self.config.engine_spec()
         except ConfigError as e:
@@ -333,6 +363,34 @@ class SkippyApp(App[None]):
         self._load_cancel = threading.Event()
         self._load_asked_n_ctx = spec.target.load.n_ctx
         self._load(spec, self._load_cancel)
+
+    def _reread_config(self) -> bool:
+        """Read the config again before loading; what F3/F4 changed in this session stays on top.
+
+        Returns False (with the error dialog up) when it is still wrong.
+        """
+        if self._reload_config is None:
+            return True
+        try:
+            fresh = self._reload_config()
+            gen = fresh.generation()
+            fresh.engine_spec()  # bounds, before anything is replaced
+        except ConfigError as e:
+            self._show_error("The config still has a problem", e)
+            return False
+        for section, values in self.config.values.items():
+            for key, value in values.items():
+                if value != self._config_read[section][key]:  # changed in this session (F3 with no models, F4)
+                    fresh.values[section][key] = value
+        changed = fresh.values != self.config.values
+        self.config, self._config_read, self._config_error = fresh, copy.deepcopy(fresh.values), None
+        self.generation = gen
+        if self.sampling == self._sampling_read:  # not tuned in this session: the file's sampling
+            self.sampling = gen.sampling
+        self._sampling_read = gen.sampling
+        if changed:
+            self.notify(f"Settings re-read from {fresh.source or 'the defaults'}.", timeout=4)
+        return True
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="load", name="load")
     def _load(self, spec: Any, cancel: threading.Event) -> Any:
@@ -465,12 +523,8 @@ class SkippyApp(App[None]):
     def _update_status(self) -> None:
         bar = self.query_one(StatusBar)
         width = bar.content_region.width or self.size.width - 2
-        # the bar is one line: model names shrink first, so speculation and sampling stay in view
-        for name_width in STATUS_NAME_WIDTHS:
-            text = " │ ".join(self._status_parts(name_width))
-            if cell_len(text) <= width:
-                break
-        bar.update(text)
+        # one line: the least useful fields shorten or go first; tok/s, speculation and sampling stay
+        bar.update(fit_parts(self._status_parts(), width, " │ "))
         bar.tooltip = "\n".join(self.model_descriptions()) or None
 
     def model_descriptions(self) -> list[str]:
@@ -498,55 +552,94 @@ class SkippyApp(App[None]):
         if self.query(StatusBar):  # a resize can come before the layout is composed
             self._update_status()
 
-    def _status_parts(self, name_width: int) -> list[str]:
-        parts: list[str] = []
+    def _apply_layout(self) -> None:
+        """Side by side when wide; the panel under the chat when narrow, hidden when also short.
+
+        F6's choice holds until the layout changes between side by side and stacked.
+        """
+        width, height = self.size
+        stacked = width < SIDE_BY_SIDE_MIN_WIDTH
+        if stacked != self._stacked:
+            self._stacked, self._panel_choice = stacked, None
+        shown = not stacked or height >= STACKED_MIN_HEIGHT
+        if self._panel_choice is not None:
+            shown = self._panel_choice
+        self.query_one("#main").set_class(stacked, "-stacked")
+        self.panel.set_stacked(stacked)
+        self.panel.display = shown
+
+    def action_toggle_panel(self) -> None:
+        self._panel_choice = not self.panel.display
+        self._apply_layout()
+        self._update_status()
+
+    @staticmethod
+    def _names(role: str, path: Any, name: str, file_type: str, drop: float) -> Part:
+        """A model's status field, file stem and quantization (:func:`model_label`): the stem
+        shortens (down to 12 cells) before any field goes; the field goes at ``drop``."""
+        tail = len(file_type) + 1
+        forms = tuple(f"{role} {model_label(path, name, file_type, w + tail)}" for w in STATUS_NAME_WIDTHS)
+        return Part((*forms, ""), (0.1, 0.2, 0.3, drop))
+
+    def _status_parts(self) -> list[Part]:
+        """The status bar's fields in order; the ranks say which give way first (see fit_parts)."""
+        parts: list[Part] = []
         spec = self.speculator
         if spec is not None:
             from ..engine.native_devices import backend_name
 
             t, d = spec.target_info, spec.draft_info
-            parts.append(f"target {model_label(t.path, t.name, t.file_type, name_width + 7)}" if t else "target ?")
+            parts.append(self._names("target", t.path, t.name, t.file_type, 7) if t else Part(("target ?", ""), (7,)))
             if d is not None:
-                parts.append(f"draft {model_label(d.path, d.name, d.file_type, name_width + 7)}")
+                parts.append(self._names("draft", d.path, d.name, d.file_type, 5))
             else:
-                parts.append(f"draft: {spec.drafter.source}" if spec.drafter is not None else "no draft")
-            parts.append(backend_name())
-            parts.append(f"ctx {self._n_past}/{self._n_ctx or spec.n_ctx}")
+                parts.append(
+                    Part((f"draft: {spec.drafter.source}" if spec.drafter is not None else "no draft", ""), (5,))
+                )
+            parts.append(Part((backend_name(), ""), (1,)))
+            parts.append(Part((f"ctx {self._n_past}/{self._n_ctx or spec.n_ctx}", ""), (8,)))
             tps = self._live_stats.tokens_per_second if self.generating else self._last_tps()
-            parts.append(f"{tps:.1f} tok/s")
+            parts.append(Part((f"{tps:.1f} tok/s",)))
             s = spec.speculation
             on_ = s.enabled and spec.drafter is not None
-            parts.append(f"spec {'on' if on_ else 'off'}" + (f" k={s.n_draft} p_min={s.p_min:g}" if on_ else ""))
-            if spec.no_rollback:
-                parts[-1] += " (recurrent model)"
-            parts.append(self._sampling_status())
+            state = f"spec {'on' if on_ else 'off'}" + (" (recurrent model)" if spec.no_rollback else "")
+            if on_:
+                parts.append(Part((f"{state} k={s.n_draft} p_min={s.p_min:g}", f"{state} k={s.n_draft}"), (9,)))
+            else:
+                parts.append(Part((state,)))
+            full = self._sampling_status()
+            parts.append(Part((full, self.sampling.label()), (10,)) if full != self.sampling.label() else Part((full,)))
             verdict = spec.verdict() if on_ else None
             if verdict is not None:
-                parts.append(f"≈{verdict:.2f}× plain")
+                parts.append(Part((f"≈{verdict:.2f}× plain", ""), (6,)))
             inv = spec.invariance
             if on_ and inv is not None:
                 # verify batches longer than inv.rows are split to stay bit-exact
                 rows = "" if inv.rows is None else " ≤1 row" if inv.rows == 1 else f" ≤{inv.rows} rows"
-                parts.append("exact" + rows)
+                parts.append(Part(("exact" + rows, ""), (2,)))
             elif on_ and s.profile == "fast":
                 # flash attention + repacking, one verify batch: faster, identity approximate
-                parts.append("profile fast")
+                parts.append(Part(("profile fast", ""), (2,)))
             elif on_ and not s.exact:
                 # exact = false: one verify batch, unchecked; same-seed identity is approximate
-                parts.append("not exact")
+                parts.append(Part(("not exact", ""), (2,)))
         else:
             models = self.transcript.models
             if self.replay or models:
                 name = self.transcript_path.name if self.transcript_path else "transcript"
-                parts.append(f"replay {name}")
-                for role in ("target", "draft"):
+                parts.append(Part((f"replay {name}",)))
+                for role, drop in (("target", 7), ("draft", 5)):
                     m = models.get(role)
                     if m:
-                        label = model_label(m.get("path"), m.get("name", "?"), m.get("file_type", ""), name_width + 7)
-                        parts.append(f"{role} {label}")
+                        parts.append(self._names(role, m.get("path"), m.get("name", "?"), m.get("file_type", ""), drop))
                 if models.get("backend"):
-                    parts.append(f"recorded on {models['backend']}")
-            parts.append("loading models…" if self.loading else "no models loaded (f5 loads them)")
+                    parts.append(Part((f"recorded on {models['backend']}", ""), (1,)))
+            if self.loading:
+                parts.append(Part(("loading models…",)))
+            else:
+                parts.append(Part(("no models loaded (f5 loads them)", "no models (f5)"), (9,)))
+        if not self.panel.display:
+            parts.append(Part(("panel hidden (f6)", ""), (7.5,)))  # after the model names
         return parts
 
     def _sampling_status(self) -> str:
@@ -710,11 +803,63 @@ class SkippyApp(App[None]):
             self.prompt.clear()
 
     async def action_quit(self) -> None:
+        screen = self.screen
+        if isinstance(screen, ConfirmDiscardScreen) and screen.action_name == "Quit":
+            screen.dismiss(DISCARD)  # ctrl+q twice: quit without saving
+            return
+        await self._unless_kept("Quit", self._quit_now)
+
+    def _quit_now(self) -> None:
         self._cancel.set()
         self._load_cancel.set()
         if self.generating and self.speculator is not None:
             self.speculator.abort()
         self.exit(return_code=0)
+
+    # -- unsaved conversations --------------------------------------------------------------
+
+    def _mark_saved(self) -> None:
+        """The conversation as it stands is on disk (or came from there)."""
+        self._saved_entries = list(self.transcript.entries)
+        self._saved_system = self.transcript.system_prompt
+
+    @property
+    def unsaved(self) -> bool:
+        """The conversation has messages and differs from what was last saved or opened
+        (entries compared by identity: an edit or a regenerate replaces them)."""
+        entries = self.transcript.entries
+        if not entries:
+            return False
+        same = len(entries) == len(self._saved_entries) and all(a is b for a, b in zip(entries, self._saved_entries))
+        return not same or self.transcript.system_prompt != self._saved_system
+
+    async def _unless_kept(self, action: str, proceed: Callable[[], Any]) -> None:
+        """Run ``proceed`` (which drops the conversation) once the conversation is safe.
+
+        Saved or empty: at once. With ``[ui] autosave`` on: after saving it. Otherwise a
+        dialog asks: Enter/y goes on without saving, s saves first, Esc/n keeps the chat.
+        A failed save (its error is shown) goes nowhere.
+        """
+
+        async def go() -> None:
+            result = proceed()
+            if asyncio.iscoroutine(result):
+                await result
+
+        if not self.unsaved:
+            await go()
+            return
+        if self.config.get("ui", "autosave") and self.action_save(quiet=True):
+            await go()
+            return
+
+        async def chosen(choice: str | None) -> None:
+            if choice == DISCARD or (choice == SAVE and self.action_save()):
+                await go()
+
+        n = len(self.transcript.entries)
+        what = f"This conversation ({n} message{'s' if n != 1 else ''})"
+        self.push_screen(ConfirmDiscardScreen(action, what), chosen)
 
     def _busy(self) -> bool:
         if self.generating:
@@ -733,6 +878,11 @@ class SkippyApp(App[None]):
 
     async def action_new_chat(self) -> None:
         if self._busy():
+            return
+        await self._unless_kept("Start a new chat", self._new_chat_now)
+
+    async def _new_chat_now(self) -> None:
+        if self._busy():  # a reply may have started while the dialog asked
             return
         self.transcript = Transcript(system_prompt=self.transcript.system_prompt)
         self.transcript_path = None
@@ -933,11 +1083,12 @@ class SkippyApp(App[None]):
         t.config = {s: dict(v) for s, v in self.config.values.items()}
         t.versions = versions()
 
-    def action_save(self, quiet: bool = False) -> None:
+    def action_save(self, quiet: bool = False) -> bool:
+        """Save the transcript (Markdown + JSON); True once it is on disk."""
         if not self.transcript.entries:
             if not quiet:
                 self.notify("Nothing to save yet.")
-            return
+            return False
         self._snapshot_metadata()
         path = self.transcript_path
         if path is None or path.suffix != ".json":
@@ -946,11 +1097,13 @@ class SkippyApp(App[None]):
             json_path, md_path = self.transcript.save(path)
         except TranscriptError as e:
             self.notify(str(e), title="Save failed", severity="error", timeout=10)
-            return
+            return False
         self.transcript_path = json_path
+        self._mark_saved()
         if not quiet:
             extra = " (the reply in flight is not included)" if self.generating else ""
             self.notify(f"Saved {json_path}\nand {md_path.name}{extra}", title="Transcript saved", timeout=5)
+        return True
 
     def action_open_transcript(self) -> None:
         if self._busy():
@@ -959,7 +1112,7 @@ class SkippyApp(App[None]):
         async def done(path: Path | None) -> None:
             if path is None:
                 return
-            await self.open_transcript(path)
+            await self._unless_kept("Open", lambda: self.open_transcript(path))
 
         self.push_screen(OpenTranscriptScreen(self.transcript_dir()), done)
 
@@ -980,6 +1133,7 @@ class SkippyApp(App[None]):
             await self._show_transcript()
             self.notify(f"{path}: {type(e).__name__}: {e}", title="Cannot open transcript", severity="error")
             return
+        self._mark_saved()
         self._update_status()
         if self.speculator is not None:
             self.notify("Transcript opened: type a message to continue it.", timeout=4)

@@ -52,6 +52,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("Copy code block", "Copy a code block of the reply the panel shows to the clipboard", "copy_code"),
     ("Help", "Keys, the panel's columns and badges, the status bar, colours, models", "help"),
     ("Toggle origin colouring", "Colour reply text by draft (accepted) vs target tokens", "toggle_origin"),
+    ("Show/hide the speculation panel", "At any size; narrow terminals put it under the chat", "toggle_panel"),
     ("Save transcript", "Write the conversation as Markdown + JSON", "save"),
     ("Open transcript", "Load a saved conversation (continue it when models are loaded)", "open_transcript"),
     ("Load models", "Load the configured models to continue this conversation", "load_models"),
