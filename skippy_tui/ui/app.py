@@ -637,7 +637,7 @@ class SkippyApp(App[None]):
             if self.loading:
                 parts.append(Part(("loading models…",)))
             else:
-                parts.append(Part(("no models loaded (f5 loads them)", "no models (f5)"), (9,)))
+                parts.append(Part(("no models loaded (f5 loads them)", "no models (f5)"), (4,)))
         if not self.panel.display:
             parts.append(Part(("panel hidden (f6)", ""), (7.5,)))  # after the model names
         return parts
