@@ -68,8 +68,6 @@ def _config(args: argparse.Namespace) -> tuple[Config, ConfigError | None]:
 
 def _reload(args: argparse.Namespace) -> Config:
     """The config as at launch, read again (F5): the file, then the flags. Raises ConfigError."""
-    from ..cli import config_from_args
-
     return config_from_args(args)
 
 

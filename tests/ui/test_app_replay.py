@@ -254,7 +254,7 @@ def test_bad_config_opens_an_error_dialog_and_quit_works(tmp_path: Path) -> None
     cfg_file = tmp_path / "config.toml"
     cfg_file.write_text("[speculation]\nn_draft = -3\n", "utf-8")
     args = build_parser().parse_args(["--config", str(cfg_file)])
-    from skippy_tui.cli import config_from_args
+    from skippy_tui.cli_common import config_from_args
 
     config = config_from_args(args)
     with pytest.raises(ConfigError) as err:
