@@ -164,6 +164,8 @@ class Speculator:
             model = self._policy("model") if self.model_drafter is not None else None
             self.estimator = model or ngram
             self.k_policy = SourceChooser(model, ngram) if self.speculation.auto else FixedK()
+            if not self.speculation.auto:  # no chooser routes a fixed k: it drafts as ngram+model
+                self.drafter.route = None  # type: ignore[union-attr]
             return
         self.estimator = self._policy(source)
         self.k_policy = self.estimator if self.speculation.auto else FixedK()
