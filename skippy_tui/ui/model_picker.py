@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 DraftMode = Literal["model", "none", "ngram"]
 MODEL_SOURCES = ("auto", "model", "ngram+model")  # [speculation] source values that use a draft model
-NONE_ID, NGRAM_ID = "draft-none", "draft-ngram"
+NONE_ID, NGRAM_ID = "plain", "ngram"  # draft row ids; model rows are "t<i>" / "d<i>"
 
 
 LABEL_WIDTH = 40

@@ -19,6 +19,7 @@ import pytest
 from ui_helpers import CHAT_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.config import Config
+from skippy_tui.engine import loader
 from skippy_tui.engine.chat import prompt_tokens
 from skippy_tui.engine.events import StepVerified
 from skippy_tui.transcript import Transcript
@@ -244,7 +245,7 @@ def test_failed_switch_keeps_the_old_models(speculator: Any, library: Path) -> N
         async with app.run_test(size=SIZE) as pilot:
             picker = await _open_picker(app, pilot)
             await _to_drafts(app, pilot, picker, "half-downloaded")
-            assert all(disabled for oid, disabled, _ in _rows(picker) if oid.startswith("d"))
+            assert all(disabled for oid, disabled, _ in _rows(picker) if oid.startswith("d"))  # tokenizers differ
             await _choose(pilot, picker, NONE_ID)
             error = await wait_for_screen(pilot, app, SwitchFailedScreen, 120)
             assert "half-downloaded" in str(error.query_one("#dialog").border_title)
@@ -256,21 +257,21 @@ def test_failed_switch_keeps_the_old_models(speculator: Any, library: Path) -> N
             await wait_until(pilot, lambda: not isinstance(app.screen, SwitchFailedScreen), 10, "the dialog to close")
             reply = await _reply(app, pilot, "Say hi.")
             assert reply.finish.reason in ("max_tokens", "eos") and reply.content
-            assert "SmolLM2-135M-Instruct F32" in _status(app) and "Q4_1" in _status(app)
+            assert "target SmolLM2-135M-In" in _status(app) and "draft SmolLM2-135M-Instruct Q4_1" in _status(app)
 
     run(body())
 
 
-def test_switch_waits_for_the_reply_in_flight(speculator: Any, library: Path) -> None:
+def test_switch_waits_for_the_reply_in_flight(speculator: Any, library: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """F8 mid-reply is refused; a pair that finishes loading while a reply runs takes over when it ends."""
     speculator.update(n_draft=2, source="model")
+    reply_gate, load_gate = threading.Event(), threading.Event()
 
     class Gated:
-        """The shared pair; each step waits until the test opens the gate."""
+        """The shared pair; after each step the engine thread waits for ``reply_gate``."""
 
         def __init__(self, inner: Any) -> None:
             self._inner = inner
-            self.gate = threading.Event()
 
         def __getattr__(self, name: str) -> Any:
             return getattr(self._inner, name)
@@ -279,8 +280,16 @@ def test_switch_waits_for_the_reply_in_flight(speculator: Any, library: Path) ->
             for ev in self._inner.run(messages, gen, cancel):
                 yield ev
                 if isinstance(ev, StepVerified):
-                    self.gate.wait(120)
+                    reply_gate.wait(120)
 
+    real_load = loader.load_speculator
+
+    def held_load(*args: Any) -> Any:  # the real load, returned only once the test says so
+        spec = real_load(*args)
+        load_gate.wait(120)
+        return spec
+
+    monkeypatch.setattr(loader, "load_speculator", held_load)
     gated = Gated(speculator)
 
     async def body() -> None:
@@ -295,26 +304,30 @@ def test_switch_waits_for_the_reply_in_flight(speculator: Any, library: Path) ->
                 assert not isinstance(app.screen, ModelPickerScreen)  # refused mid-reply, with a word why
                 assert any("mid-reply" in n.message for n in app._notifications)
             finally:
-                gated.gate.set()
+                reply_gate.set()
             await wait_until(pilot, lambda: not app.generating, 120, "the reply")
-            # now start the switch, and a reply held at its first step while the load runs
-            gated.gate.clear()
+            reply_gate.clear()
             picker = await _open_picker(app, pilot)
             await _to_drafts(app, pilot, picker, GEMMA_NAME)
             await _choose(pilot, picker, NONE_ID)
             await wait_until(pilot, lambda: app.switching is not None, 10, "the load to start")
-            app.prompt.load_text("And bye?")
+            app.prompt.load_text("And bye?")  # sent while the new pair loads: the old pair answers
             await pilot.press("enter")
             try:
+                await wait_until(pilot, lambda: app.generating, 10, "the second reply to start")
+                load_gate.set()
                 await wait_until(pilot, lambda: app._switched is not None, 300, "the new pair to load")
                 assert app.generating and app.speculator is gated  # the reply in flight keeps its models
+                assert "after this reply" in str(app.query_one("#loading-label").render())
             finally:
-                gated.gate.set()
+                load_gate.set()
+                reply_gate.set()
             await wait_until(pilot, lambda: not app.generating and app.speculator is not gated, 120, "the swap")
             try:
-                assert app.speculator.target_info.name == GEMMA_NAME
-                assert app.transcript.entries[-1].finish.reason in ("max_tokens", "eos")
-                assert app.transcript.entries[-1].steps[0].proposed  # that reply was the old pair's
+                assert app.speculator.target_info.name == GEMMA_NAME and app.switching is None
+                last = app.transcript.entries[-1]
+                assert last.finish.reason in ("max_tokens", "eos")
+                assert last.steps[0].proposed  # that reply came from the old pair (Gemma alone has no draft)
             finally:
                 app.speculator.close()
 
