@@ -53,6 +53,7 @@ from .commands import SkippyCommands
 from .confirm import DISCARD, SAVE, ConfirmDiscardScreen
 from .help import HelpScreen
 from .messages import EngineEvent, LoadProgress
+from .model_picker import ModelChoice, SwitchFailedScreen, SwitchProgress, picker_for
 from .panel import SpeculationPanel
 from .prompt import HINT, PromptInput
 from .render import Part, fit_parts, model_label
@@ -69,6 +70,7 @@ CHAT_ACTIONS = frozenset(
     {"stop", "new_chat", "regenerate", "edit_last", "system_prompt", "tune", "toggle_speculation"}
     | {"load_models", "toggle_origin", "save", "change_theme", "open_transcript"}
     | {"help", "show_reply", "copy_reply", "copy_code"}
+    | {"choose_models"}
 )
 # what each app key does, for the help screen (F1); a binding's short description when missing
 KEY_HELP = {
@@ -80,6 +82,7 @@ KEY_HELP = {
     "tune": "speculation and sampling settings: n_draft, p_min, temperature, top_k/p, min_p, seed, …",
     "toggle_speculation": "speculation on / off",
     "load_models": "load the models (into a replayed transcript, to continue it)",
+    "choose_models": "choose the target and draft from the model library; the conversation stays",
     "toggle_origin": "colour replies by origin: accepted draft tokens vs target tokens",
     "save": "save the transcript (Markdown + JSON)",
     "change_theme": "theme",
@@ -170,6 +173,7 @@ class SkippyApp(App[None]):
         Binding("f3", "tune", "Tune"),
         Binding("f4", "toggle_speculation", "Spec on/off"),
         Binding("f5", "load_models", "Load models"),
+        Binding("f8", "choose_models", "Models"),  # F6 is the panel's, F7 the input's select-all
         Binding("ctrl+o", "toggle_origin", "Origins"),
         Binding("ctrl+s", "save", "Save"),
         Binding("ctrl+t", "change_theme", "Theme"),
@@ -229,6 +233,8 @@ class SkippyApp(App[None]):
         self._cancel = threading.Event()
         self._load_cancel = threading.Event()  # quit during a load stops it (else exit waits for it)
         self._load_asked_n_ctx = 0
+        self.switching: ModelChoice | None = None  # the pair the picker chose, while it loads
+        self._switched: Any = None  # that pair loaded, waiting for the reply in flight to end
         self._current: AssistantMessage | None = None
         self._current_entry: Entry | None = None
         self._live_stats = AcceptanceStats()
@@ -337,7 +343,7 @@ class SkippyApp(App[None]):
         if action in CHAT_ACTIONS and isinstance(screen, ModalScreen) and not isinstance(screen, CommandPalette):
             return False  # a dialog is open: its own keys apply (ctrl+s saves the system prompt there)
         if action == "load_models":
-            return self.speculator is None and not self.loading
+            return self.speculator is None and not self.loading and self.switching is None
         if action == "stop":
             return True
         if action in ("regenerate", "edit_last", "new_chat") and self.generating:
@@ -451,6 +457,87 @@ class SkippyApp(App[None]):
             self._current = self._current_entry = None
             self.notify(f"{type(error).__name__}: {error}", title="Generation failed", severity="error")
             self.refresh_bindings()
+
+    # -- choosing models (the picker and its logic: ui/model_picker.py) ----------------------
+
+    def action_choose_models(self) -> None:
+        if self.generating:
+            self.notify("Models cannot change mid-reply: stop it (Esc) or let it end first.", severity="warning")
+            return
+        if self.loading or self.switching is not None:
+            self.notify("Models are loading: wait until they are ready.", severity="warning")
+            return
+        self.push_screen(picker_for(self), self._models_chosen)
+
+    def _models_chosen(self, choice: ModelChoice | None) -> None:
+        if choice is None:
+            return
+        try:
+            spec = choice.spec(self.config)
+        except ConfigError as e:
+            self._show_error("The config has a problem", e)
+            return
+        self.switching = choice
+        self._load_cancel = threading.Event()
+        self.query_one("#loading").display = True
+        keep = " (the current models answer meanwhile)" if self.speculator is not None else ""
+        self.query_one("#loading-label", Label).update(f"loading {choice.label}{keep}…")
+        self.query_one("#loading-bar", ProgressBar).update(progress=0)
+        self.refresh_bindings()
+        self._switch_models(spec, self._load_cancel)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="switch", name="switch")
+    def _switch_models(self, spec: Any, cancel: threading.Event) -> Any:
+        from ..engine.loader import load_speculator
+
+        return load_speculator(spec, lambda stage, f: self.post_message(SwitchProgress(stage, f)), cancel.is_set)
+
+    def on_switch_progress(self, msg: SwitchProgress) -> None:
+        if self.switching is not None and self._switched is None:
+            self.query_one("#loading-label", Label).update(f"{self.switching.label}: {msg.stage}")
+            self.query_one("#loading-bar", ProgressBar).update(progress=round(msg.fraction * 100))
+
+    @on(Worker.StateChanged)
+    def _switch_changed(self, event: Worker.StateChanged) -> None:
+        worker, state, choice = event.worker, event.state, self.switching
+        if worker.group != "switch" or choice is None:
+            return
+        if state == WorkerState.SUCCESS:
+            self._switched = worker.result
+            if self.generating:  # a reply began during the load: it ends on the models it began with
+                self.query_one("#loading-label", Label).update(f"{choice.label} ready: switching after this reply")
+                self.notify(f"{choice.label} is ready: it takes over when this reply ends.", timeout=4)
+            else:
+                self._swap_models()
+        elif state in (WorkerState.ERROR, WorkerState.CANCELLED):
+            self.switching = None
+            self.query_one("#loading").display = False
+            self.refresh_bindings()
+            if state == WorkerState.ERROR and not self._load_cancel.is_set():
+                self.push_screen(
+                    SwitchFailedScreen(choice, worker.error, self.speculator is not None),
+                    lambda c: self.exit(return_code=1) if c == "quit" else None,
+                )
+
+    def _swap_models(self) -> None:
+        """Put the loaded pair in place of the old one (closed if this app loaded it)."""
+        new, choice = self._switched, self.switching
+        assert new is not None and choice is not None and not self.generating
+        old, owned = self.speculator, self.owns_speculator
+        choice.apply(self.config)
+        self._switched = self.switching = None
+        if old is not None:  # F3's k and p_min apply to the new pair too, where it can take them
+            try:
+                new.update(n_draft=old.speculation.n_draft, p_min=old.speculation.p_min)
+            except SkippyError:
+                pass
+        self.owns_speculator = True
+        self._loaded(new)
+        self._snapshot_metadata()  # the transcript's models are the ones its next replies come from
+        if old is not None and owned:  # the engine touches no native state after its last event
+            old.close()
+        chat = " The conversation stays: the next reply prefills it." if self.transcript.entries else ""
+        self.notify(f"Now on {choice.label}.{chat}", title="Models switched", timeout=5)
 
     def _show_error(self, title: str, error: BaseException | None) -> None:
         message = str(error) if isinstance(error, SkippyError) else f"{type(error).__name__}: {error}"
@@ -790,6 +877,8 @@ class SkippyApp(App[None]):
         self._update_status()
         if self.config.get("ui", "autosave") and entry in self.transcript.entries:
             self.action_save(quiet=True)
+        if self._switched is not None:  # models chosen in the picker loaded during this reply
+            self._swap_models()
 
     # -- actions ---------------------------------------------------------------------------
 
@@ -814,6 +903,9 @@ class SkippyApp(App[None]):
         self._load_cancel.set()
         if self.generating and self.speculator is not None:
             self.speculator.abort()
+        if self._switched is not None:  # loaded by the picker, never used
+            self._switched.close()
+            self._switched = None
         self.exit(return_code=0)
 
     # -- unsaved conversations --------------------------------------------------------------

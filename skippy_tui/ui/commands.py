@@ -56,6 +56,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("Save transcript", "Write the conversation as Markdown + JSON", "save"),
     ("Open transcript", "Load a saved conversation (continue it when models are loaded)", "open_transcript"),
     ("Load models", "Load the configured models to continue this conversation", "load_models"),
+    ("Choose models…", "Pick a target and its draft from the model library; the conversation stays", "choose_models"),
     ("Switch theme", "Pick a theme (remembered)", "change_theme"),
     ("Quit", "Quit now (stops a reply in flight)", "quit"),
 )
