@@ -134,6 +134,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return run_replay(args)
 
 
+NO_HISTORY_HELP = "keep no chat history this time (nothing is written to the history folder)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="skippy-tui",
@@ -151,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"skippy-tui {__version__}")
     p.add_argument("--print-config-path", action="store_true", help="print where the config file is read from")
     add_model_flags(p)
+    p.add_argument("--no-history", action="store_true", help=NO_HISTORY_HELP)
     sub = p.add_subparsers(dest="command", metavar="[COMMAND]", title="commands (none: open the app)")
     r = sub.add_parser("run", help="generate one reply headless, streamed to stdout")
     r.add_argument("prompt", help="the user message ('-' reads stdin)")
@@ -171,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--continue", dest="continue_", action="store_true", default=False,
         help="also load the configured models, to continue the conversation",
     )  # fmt: skip
+    rp.add_argument("--no-history", action="store_true", default=argparse.SUPPRESS, help=NO_HISTORY_HELP)
     add_model_flags(rp, sub=True)
     rp.set_defaults(func=cmd_replay)
     return p

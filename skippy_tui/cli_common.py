@@ -141,6 +141,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         cfg.set("generation", "stop", [arg_text(x) for x in args.stop], "--stop")
     if getattr(args, "no_draft", False):
         cfg.set("draft", "enabled", False, "--no-draft")
+    if getattr(args, "no_history", False):
+        cfg.set("ui", "history", False, "--no-history")
     return cfg
 
 

@@ -37,6 +37,7 @@ from ..engine.events import ReplyFinished, ReplyStarted, StepVerified
 from ..engine.sampling import SamplingParams
 from ..engine.settings import GenerationSettings
 from ..engine.stats import AcceptanceStats
+from ..history import HistoryStore
 from ..transcript import (
     Entry,
     Transcript,
@@ -52,6 +53,7 @@ from .clipboard import CodeBlockScreen, code_blocks
 from .commands import SkippyCommands
 from .confirm import DISCARD, SAVE, ConfirmDiscardScreen
 from .help import HelpScreen
+from .history_screen import HistoryScreen
 from .messages import EngineEvent, LoadProgress
 from .model_picker import ModelChoice, SwitchFailedScreen, SwitchProgress, picker_for
 from .panel import SpeculationPanel
@@ -72,6 +74,7 @@ CHAT_ACTIONS = frozenset(
     | {"help", "show_reply", "copy_reply", "copy_code"}
     | {"choose_models"}
 )
+CHAT_ACTIONS |= {"history"}  # issue 10: the chat history screen
 # what each app key does, for the help screen (F1); a binding's short description when missing
 KEY_HELP = {
     "stop": "stop the reply (within one step); cancel an edit; close the keys panel",
@@ -86,6 +89,7 @@ KEY_HELP = {
     "toggle_origin": "colour replies by origin: accepted draft tokens vs target tokens",
     "save": "save the transcript (Markdown + JSON)",
     "change_theme": "theme",
+    "history": "chat history: every chat, saved after each reply; open, rename, delete",
     "help": "this help",
     "show_reply(-1)": "show the previous reply's steps in the panel",
     "show_reply(1)": "show the next reply's steps in the panel",
@@ -177,6 +181,7 @@ class SkippyApp(App[None]):
         Binding("ctrl+o", "toggle_origin", "Origins"),
         Binding("ctrl+s", "save", "Save"),
         Binding("ctrl+t", "change_theme", "Theme"),
+        Binding("f9", "history", "History", show=False),  # off the footer: F1 and the palette list it
         Binding("alt+up", "show_reply(-1)", "Previous reply", show=False),
         Binding("alt+down", "show_reply(1)", "Next reply", show=False),
         Binding("alt+c", "copy_reply", "Copy reply", show=False),
@@ -250,6 +255,8 @@ class SkippyApp(App[None]):
         self._stacked: bool | None = None  # the panel under the chat (a narrow terminal)
         self._panel_choice: bool | None = None  # F6's show/hide, until the layout changes
         self._mark_saved()  # a transcript opened from a file is saved as it stands
+        self.history_path: Path | None = None  # this chat's file in the history, once saved there
+        self._history_failed = False  # a failed history save was told (once, until one works)
 
     # -- layout -------------------------------------------------------------------------
 
@@ -877,6 +884,7 @@ class SkippyApp(App[None]):
         self._update_status()
         if self.config.get("ui", "autosave") and entry in self.transcript.entries:
             self.action_save(quiet=True)
+        self._save_history()
         if self._switched is not None:  # models chosen in the picker loaded during this reply
             self._swap_models()
 
@@ -941,6 +949,9 @@ class SkippyApp(App[None]):
         if not self.unsaved:
             await go()
             return
+        if self._save_history():  # history on: the chat is kept there
+            await go()
+            return
         if self.config.get("ui", "autosave") and self.action_save(quiet=True):
             await go()
             return
@@ -978,6 +989,7 @@ class SkippyApp(App[None]):
             return
         self.transcript = Transcript(system_prompt=self.transcript.system_prompt)
         self.transcript_path = None
+        self.history_path = None  # a new chat gets a new file in the history
         self._forget_next = True
         self._end_edit()
         session = self.session_stats
@@ -1041,6 +1053,7 @@ class SkippyApp(App[None]):
                 note = SystemNote(f"system: {text}", markup=False)
                 await self.chat.mount(note, before=children[0] if children else None)
             self.notify("System prompt set: it applies from the next reply.", timeout=3)
+            self._save_history()
 
         self.push_screen(SystemPromptScreen(self.transcript.system_prompt), done)
 
@@ -1226,6 +1239,80 @@ class SkippyApp(App[None]):
             self.notify(f"{path}: {type(e).__name__}: {e}", title="Cannot open transcript", severity="error")
             return
         self._mark_saved()
+        self.history_path = None  # continued, it is saved in the history as a new chat
         self._update_status()
         if self.speculator is not None:
             self.notify("Transcript opened: type a message to continue it.", timeout=4)
+
+    # -- chat history -----------------------------------------------------------------------
+
+    def history_enabled(self) -> bool:
+        """``[ui] history`` (``--no-history`` sets it false): whether chats are kept."""
+        return bool(self.config.get("ui", "history"))
+
+    def history_store(self) -> HistoryStore:
+        """The chats in ``<user data dir>/history``."""
+        return HistoryStore(data_dir() / "history")
+
+    def _save_history(self) -> bool:
+        """Save the conversation into its history file (after each reply and each edit).
+
+        Returns True once it is on disk. Does nothing with history off or an empty
+        chat. A failure is told once (until a save works again), never raised: the
+        chat goes on and the next reply tries again.
+        """
+        if not self.history_enabled() or not self.transcript.entries:
+            return False
+        self._snapshot_metadata()
+        store = self.history_store()
+        path = self.history_path or store.new_path()
+        try:
+            store.save(self.transcript, path)
+        except TranscriptError as e:
+            if not self._history_failed:
+                self.notify(
+                    f"{e}\nThe chat goes on; the next reply tries again.",
+                    title="Chat history not saved",
+                    severity="error",
+                    timeout=10,
+                )
+            self._history_failed = True
+            return False
+        self._history_failed = False
+        self.history_path = path
+        self._mark_saved()
+        return True
+
+    def chat_is_kept(self) -> bool:
+        """Whether the conversation as it stands is on disk (in the history, or saved with
+        Ctrl+S, or opened unchanged), so clearing or quitting loses nothing."""
+        return not self.unsaved
+
+    def action_history(self) -> None:
+        if not self.history_enabled():
+            self.notify("Chat history is off ([ui] history = false, or --no-history).", severity="warning")
+            return
+        if self._busy():
+            return
+
+        async def done(path: Path | None) -> None:
+            if self.history_path is not None and not self.history_path.exists():
+                self.history_path = None  # deleted there: continuing it saves it as a new chat
+            if path is None:
+                return
+            if self.history_path is not None and path.name == self.history_path.name:
+                self.notify("That chat is the one open.", timeout=3)
+                return
+            await self._unless_kept("Open", lambda: self.open_history(path))
+
+        self.push_screen(HistoryScreen(self.history_store(), self.history_path), done)
+
+    async def open_history(self, path: Path) -> None:
+        """Open a chat from the history to continue it with the loaded models; its next
+        replies are saved into the same file (Ctrl+S still saves a copy as a transcript)."""
+        path = Path(path)
+        await self.open_transcript(path)
+        if self.transcript_path == path:  # it opened
+            self.transcript_path = None
+            self.history_path = path
+            self._update_status()

@@ -55,6 +55,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("Show/hide the speculation panel", "At any size; narrow terminals put it under the chat", "toggle_panel"),
     ("Save transcript", "Write the conversation as Markdown + JSON", "save"),
     ("Open transcript", "Load a saved conversation (continue it when models are loaded)", "open_transcript"),
+    ("Chat history", "Every chat, saved after each reply: filter, open to continue, rename, delete", "history"),
     ("Load models", "Load the configured models to continue this conversation", "load_models"),
     ("Choose models…", "Pick a target and its draft from the model library; the conversation stays", "choose_models"),
     ("Switch theme", "Pick a theme (remembered)", "change_theme"),

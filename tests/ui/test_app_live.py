@@ -366,7 +366,7 @@ def test_quit_mid_stream_ends_the_reply_within_a_step() -> None:
     are on those events, bounded at 30 s: generous on a busy shared machine,
     and a hang still fails.
     """
-    app = SkippyApp(ui_config(max_tokens=400))
+    app = SkippyApp(ui_config(max_tokens=400, ui={"history": False}))  # on, quitting would save, not ask
     events: list[Event] = []
     late: list[Event] = []
     ended = threading.Event()
@@ -541,7 +541,8 @@ def test_f4_turns_speculation_off_and_on_again(speculator) -> None:
 
 def test_ctrl_n_clears_the_chat_and_the_next_reply_starts_from_empty_caches(speculator) -> None:
     async def body() -> None:
-        app = SkippyApp(ui_config(max_tokens=6), speculator=speculator)
+        # history off: with it on the chat is kept there, and Ctrl+N asks nothing
+        app = SkippyApp(ui_config(max_tokens=6, ui={"history": False}), speculator=speculator)
         async with app.run_test(size=SIZE) as pilot:
             await _reply(app, pilot, "Name a colour.")
             first = app.transcript.entries[-1].started

@@ -689,7 +689,7 @@ def test_new_chat_and_open_ask_first_only_when_the_chat_is_unsaved(tmp_path: Pat
     path = _copy(tmp_path)
 
     async def body() -> None:
-        app = replay_app(path=path)
+        app = replay_app(ui_config(ui={"history": False}), path=path)  # on, the history keeps the chat
         async with app.run_test(size=SIZE) as pilot:
             assert not app.unsaved
             await pilot.press("ctrl+n")
@@ -728,7 +728,7 @@ def test_quit_with_an_unsaved_chat_asks_and_can_save_first(tmp_path: Path) -> No
     path = _copy(tmp_path)
 
     async def body() -> None:
-        app = replay_app(path=path)
+        app = replay_app(ui_config(ui={"history": False}), path=path)  # on, the history keeps the chat
         async with app.run_test(size=SIZE) as pilot:
             app.transcript.system_prompt = "Be brief."  # a change since it was opened
             await pilot.press("ctrl+q")
@@ -751,7 +751,7 @@ def test_quit_twice_quits_without_saving_and_autosave_saves_instead_of_asking(tm
     path = _copy(tmp_path)
 
     async def twice() -> None:
-        app = replay_app(path=path)
+        app = replay_app(ui_config(ui={"history": False}), path=path)  # on, the history keeps the chat
         async with app.run_test(size=SIZE) as pilot:
             app.transcript.system_prompt = "Be brief."
             await pilot.press("ctrl+q")
@@ -761,7 +761,7 @@ def test_quit_twice_quits_without_saving_and_autosave_saves_instead_of_asking(tm
         assert Transcript.load(path).system_prompt == ""
 
     async def autosave() -> None:
-        app = replay_app(ui_config(ui={"autosave": True}), path=path)
+        app = replay_app(ui_config(ui={"autosave": True, "history": False}), path=path)
         async with app.run_test(size=SIZE) as pilot:
             app.transcript.system_prompt = "Be terse."
             await pilot.press("ctrl+q")

@@ -18,8 +18,9 @@ from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.screens import ErrorScreen, InspectorScreen, TuneScreen
 
 
-def replay_app(path: Path = CHAT_JSON) -> SkippyApp:
-    return SkippyApp(ui_config(), transcript=Transcript.load(path), transcript_path=path, load_models=False)
+def replay_app(path: Path = CHAT_JSON, **ui: object) -> SkippyApp:
+    config = ui_config(ui=ui) if ui else ui_config()
+    return SkippyApp(config, transcript=Transcript.load(path), transcript_path=path, load_models=False)
 
 
 async def _steady(pilot) -> None:
@@ -134,4 +135,5 @@ def test_confirm_before_quitting_an_unsaved_chat(snap_compare) -> None:
         await wait_for_screen(pilot, pilot.app, ConfirmDiscardScreen, 10)
         await _steady(pilot)
 
-    assert snap_compare(replay_app(), terminal_size=SIZE, run_before=run_before)
+    # history off: on, the history keeps the chat and quitting asks nothing
+    assert snap_compare(replay_app(history=False), terminal_size=SIZE, run_before=run_before)
