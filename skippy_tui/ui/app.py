@@ -28,7 +28,7 @@ from textual.binding import Binding, BindingType
 from textual.command import CommandPalette
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Input, Label, ProgressBar, Static, TextArea
+from textual.widgets import Footer, Input, Label, ProgressBar, TextArea
 from textual.worker import Worker, WorkerState
 
 from ..config import Config, ConfigError, config_path, data_dir
@@ -58,13 +58,12 @@ from .messages import EngineEvent, LoadProgress
 from .model_picker import ModelChoice, SwitchFailedScreen, SwitchProgress, picker_for
 from .panel import SpeculationPanel
 from .prompt import HINT, PromptInput
-from .render import Part, fit_parts, model_label
 from .screens import ErrorScreen, InspectorScreen, OpenTranscriptScreen, SystemPromptScreen, TuneScreen, how_to_fix
+from .status import StatusBar, StatusMixin
 from .themes import UiState, load_themes
 
 FLUSH_HZ = 20
 PANEL_HZ = 4
-STATUS_NAME_WIDTHS = (28, 22, 16, 12)  # model name widths the status bar tries, widest first
 SIDE_BY_SIDE_MIN_WIDTH = 120  # narrower: the panel goes under the chat
 STACKED_MIN_HEIGHT = 30  # under the chat and shorter than this, the panel hides (F6 shows it)
 # the app's own actions: off while a dialog (not the command palette) is open
@@ -144,13 +143,6 @@ def tune_notice(values: dict[str, Any], before: SamplingParams, max_tokens: int 
     return text
 
 
-class StatusBar(Static):
-    """Models, backend, context used, tokens/s, speculation state."""
-
-    def on_resize(self) -> None:
-        self.app._update_status()  # type: ignore[attr-defined]
-
-
 class MainArea(Horizontal):
     """The chat column and the panel. It lays them out again when the terminal's size
     changes: the app itself gets only the first resize (later ones go to the screen)."""
@@ -161,7 +153,7 @@ class MainArea(Horizontal):
         app._update_status()
 
 
-class SkippyApp(App[None]):
+class SkippyApp(StatusMixin, App[None]):
     """skippy-tui: chat through speculative decoding and watch each step."""
 
     CSS_PATH = "app.tcss"
@@ -614,34 +606,6 @@ class SkippyApp(App[None]):
             started = self._shown.entry.started if self._shown is not None else None
             self.push_screen(InspectorScreen(event.steps, event.index, started))
 
-    def _update_status(self) -> None:
-        bar = self.query_one(StatusBar)
-        width = bar.content_region.width or self.size.width - 2
-        # one line: the least useful fields shorten or go first; tok/s, speculation and sampling stay
-        bar.update(fit_parts(self._status_parts(), width, " │ "))
-        bar.tooltip = "\n".join(self.model_descriptions()) or None
-
-    def model_descriptions(self) -> list[str]:
-        """One line per model in use (or recorded, in a replay): role, short label, GGUF name, file.
-
-        The status bar shows only the short label; this says which file it is.
-        """
-        spec = self.speculator
-        if spec is not None:
-            infos = [("target", spec.target_info), ("draft", spec.draft_info)]
-            models = [(role, i.path, i.name, i.file_type) for role, i in infos if i is not None]
-        else:
-            recorded = self.transcript.models or {}
-            models = [
-                (role, m.get("path"), m.get("name", "?"), m.get("file_type", ""))
-                for role in ("target", "draft")
-                if isinstance(m := recorded.get(role), dict)
-            ]
-        return [
-            f"{role}: {model_label(path, name, ft, 80)} · {name!r} · {path or 'path not recorded'}"
-            for role, path, name, ft in models
-        ]
-
     def on_resize(self) -> None:
         if self.query(StatusBar):  # a resize can come before the layout is composed
             self._update_status()
@@ -666,91 +630,6 @@ class SkippyApp(App[None]):
         self._panel_choice = not self.panel.display
         self._apply_layout()
         self._update_status()
-
-    @staticmethod
-    def _names(role: str, path: Any, name: str, file_type: str, drop: float) -> Part:
-        """A model's status field, file stem and quantization (:func:`model_label`): the stem
-        shortens (down to 12 cells) before any field goes; the field goes at ``drop``."""
-        tail = len(file_type) + 1
-        forms = tuple(f"{role} {model_label(path, name, file_type, w + tail)}" for w in STATUS_NAME_WIDTHS)
-        return Part((*forms, ""), (0.1, 0.2, 0.3, drop))
-
-    def _status_parts(self) -> list[Part]:
-        """The status bar's fields in order; the ranks say which give way first (see fit_parts)."""
-        parts: list[Part] = []
-        spec = self.speculator
-        if spec is not None:
-            from ..engine.native_devices import backend_name
-
-            t, d = spec.target_info, spec.draft_info
-            parts.append(self._names("target", t.path, t.name, t.file_type, 7) if t else Part(("target ?", ""), (7,)))
-            if d is not None:
-                parts.append(self._names("draft", d.path, d.name, d.file_type, 5))
-            else:
-                parts.append(
-                    Part((f"draft: {spec.drafter.source}" if spec.drafter is not None else "no draft", ""), (5,))
-                )
-            parts.append(Part((backend_name(), ""), (1,)))
-            parts.append(Part((f"ctx {self._n_past}/{self._n_ctx or spec.n_ctx}", ""), (8,)))
-            tps = self._live_stats.tokens_per_second if self.generating else self._last_tps()
-            parts.append(Part((f"{tps:.1f} tok/s",)))
-            s = spec.speculation
-            on_ = s.enabled and spec.drafter is not None
-            state = f"spec {'on' if on_ else 'off'}" + (" (recurrent model)" if spec.no_rollback else "")
-            if on_:
-                parts.append(Part((f"{state} k={s.n_draft} p_min={s.p_min:g}", f"{state} k={s.n_draft}"), (9,)))
-            else:
-                parts.append(Part((state,)))
-            full = self._sampling_status()
-            parts.append(Part((full, self.sampling.label()), (10,)) if full != self.sampling.label() else Part((full,)))
-            verdict = spec.verdict() if on_ else None
-            if verdict is not None:
-                parts.append(Part((f"≈{verdict:.2f}× plain", ""), (6,)))
-            inv = spec.invariance
-            if on_ and inv is not None:
-                # verify batches longer than inv.rows are split to stay bit-exact
-                rows = "" if inv.rows is None else " ≤1 row" if inv.rows == 1 else f" ≤{inv.rows} rows"
-                parts.append(Part(("exact" + rows, ""), (2,)))
-            elif on_ and s.profile == "fast":
-                # flash attention + repacking, one verify batch: faster, identity approximate
-                parts.append(Part(("profile fast", ""), (2,)))
-            elif on_ and not s.exact:
-                # exact = false: one verify batch, unchecked; same-seed identity is approximate
-                parts.append(Part(("not exact", ""), (2,)))
-        else:
-            models = self.transcript.models
-            if self.replay or models:
-                name = self.transcript_path.name if self.transcript_path else "transcript"
-                parts.append(Part((f"replay {name}",)))
-                for role, drop in (("target", 7), ("draft", 5)):
-                    m = models.get(role)
-                    if m:
-                        parts.append(self._names(role, m.get("path"), m.get("name", "?"), m.get("file_type", ""), drop))
-                if models.get("backend"):
-                    parts.append(Part((f"recorded on {models['backend']}", ""), (1,)))
-            if self.loading:
-                parts.append(Part(("loading models…",)))
-            else:
-                parts.append(Part(("no models loaded (f5 loads them)", "no models (f5)"), (4,)))
-        if not self.panel.display:
-            parts.append(Part(("panel hidden (f6)", ""), (7.5,)))  # after the model names
-        return parts
-
-    def _sampling_status(self) -> str:
-        """The sampler and temperature (``coupled T=0.8``, ``greedy``), a fixed seed, penalties."""
-        s = self.sampling
-        out = s.label()
-        if s.seed is not None:
-            out += f" seed {s.seed}"
-        if s.penalised:
-            out += " +penalties"
-        return out
-
-    def _last_tps(self) -> float:
-        for e in reversed(self.transcript.entries):
-            if e.finish is not None:
-                return e.finish.tokens_per_second
-        return 0.0
 
     # -- sending and generating -------------------------------------------------------------
 
