@@ -17,7 +17,6 @@ import asyncio
 import copy
 import dataclasses
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -33,13 +32,11 @@ from textual.worker import Worker, WorkerState
 
 from ..config import Config, ConfigError, config_path, data_dir
 from ..engine.errors import SkippyError
-from ..engine.events import ReplyFinished, ReplyStarted, StepVerified
 from ..engine.sampling import SamplingParams
 from ..engine.settings import GenerationSettings
 from ..engine.stats import AcceptanceStats
 from ..history import HistoryStore
 from ..transcript import (
-    Entry,
     Transcript,
     TranscriptError,
     count,
@@ -48,24 +45,22 @@ from ..transcript import (
     sampling_label,
     versions,
 )
-from .chat import AssistantMessage, ChatView, MessageWidget, SystemNote, UserMessage, Welcome
+from .chat import AssistantMessage, ChatView, SystemNote, UserMessage, Welcome
 from .clipboard import CodeBlockScreen, code_blocks
 from .commands import SkippyCommands
 from .confirm import DISCARD, SAVE, ConfirmDiscardScreen
+from .generation import FLUSH_HZ, GenerationMixin
 from .help import HelpScreen
 from .history_screen import HistoryScreen
-from .messages import EngineEvent, LoadProgress
+from .layout import LayoutMixin, MainArea
+from .messages import LoadProgress
 from .model_picker import ModelChoice, SwitchFailedScreen, SwitchProgress, picker_for
 from .panel import SpeculationPanel
-from .prompt import HINT, PromptInput
+from .prompt import PromptInput
 from .screens import ErrorScreen, InspectorScreen, OpenTranscriptScreen, SystemPromptScreen, TuneScreen, how_to_fix
 from .status import StatusBar, StatusMixin
 from .themes import UiState, load_themes
 
-FLUSH_HZ = 20
-PANEL_HZ = 4
-SIDE_BY_SIDE_MIN_WIDTH = 120  # narrower: the panel goes under the chat
-STACKED_MIN_HEIGHT = 30  # under the chat and shorter than this, the panel hides (F6 shows it)
 # the app's own actions: off while a dialog (not the command palette) is open
 CHAT_ACTIONS = frozenset(
     {"stop", "new_chat", "regenerate", "edit_last", "system_prompt", "tune", "toggle_speculation"}
@@ -104,33 +99,6 @@ WELCOME = (
 )
 
 
-class LiveGeneration:
-    """:class:`GenerationSettings` whose sampling is read afresh at every step.
-
-    The engine reads ``gen.sampling`` each time it verifies a step, so handing it
-    this object makes a sampling change (F3) apply from the next step, as
-    ``Speculator.update`` does for n_draft and p_min. The seed is the one the
-    reply started with: a new seed applies from the next reply, so setting it
-    mid-reply is no change for this one (the engine would record it as one).
-    Length and stop strings stay fixed for the reply.
-    """
-
-    def __init__(self, base: GenerationSettings, app: SkippyApp) -> None:
-        self.max_tokens = base.max_tokens
-        self.stop = base.stop
-        self._app = app
-        self._seed = app.sampling.seed
-        self._seen = self._pinned = app.sampling
-
-    @property
-    def sampling(self) -> SamplingParams:
-        live = self._app.sampling
-        if live is not self._seen:  # changed by F3: build the pinned copy once per change
-            pinned = live if live.seed == self._seed else dataclasses.replace(live, seed=self._seed)
-            self._seen, self._pinned = live, pinned
-        return self._pinned
-
-
 def tune_notice(values: dict[str, Any], before: SamplingParams, max_tokens: int | None = None) -> str:
     """What F3 set, and from when: everything from the next step, a new seed from the next reply."""
     s: SamplingParams = values["sampling"]
@@ -143,17 +111,7 @@ def tune_notice(values: dict[str, Any], before: SamplingParams, max_tokens: int 
     return text
 
 
-class MainArea(Horizontal):
-    """The chat column and the panel. It lays them out again when the terminal's size
-    changes: the app itself gets only the first resize (later ones go to the screen)."""
-
-    def on_resize(self) -> None:
-        app: SkippyApp = self.app  # type: ignore[assignment]
-        app._apply_layout()
-        app._update_status()
-
-
-class SkippyApp(StatusMixin, App[None]):
+class SkippyApp(GenerationMixin, LayoutMixin, StatusMixin, App[None]):
     """skippy-tui: chat through speculative decoding and watch each step."""
 
     CSS_PATH = "app.tcss"
@@ -224,28 +182,16 @@ class SkippyApp(StatusMixin, App[None]):
         self._sampling_read = self.sampling
         self.session_stats = AcceptanceStats()
         self.color_origin = bool(config.get("ui", "color_origin"))
-        # the reply in flight
-        self.generating = False
-        self._reply_id = 0
-        self._cancel = threading.Event()
         self._load_cancel = threading.Event()  # quit during a load stops it (else exit waits for it)
         self._load_asked_n_ctx = 0
         self.switching: ModelChoice | None = None  # the pair the picker chose, while it loads
         self._switched: Any = None  # that pair loaded, waiting for the reply in flight to end
-        self._current: AssistantMessage | None = None
-        self._current_entry: Entry | None = None
-        self._live_stats = AcceptanceStats()
-        self._pending: list[StepVerified] = []
-        self._panel_pending: list[StepVerified] = []
-        self._panel_at = 0.0  # time.monotonic() of the last timeline update
-        self._forget_next = False
-        self._editing: int | None = None  # entry index of the user message being edited
         self._shown: AssistantMessage | None = None  # reply shown in the panel
         self._n_past = 0
         self._n_ctx = 0
         self._theme_errors: list[str] = []
-        self._stacked: bool | None = None  # the panel under the chat (a narrow terminal)
-        self._panel_choice: bool | None = None  # F6's show/hide, until the layout changes
+        self._init_generation()
+        self._init_layout()
         self._mark_saved()  # a transcript opened from a file is saved as it stands
         self.history_path: Path | None = None  # this chat's file in the history, once saved there
         self._history_failed = False  # a failed history save was told (once, until one works)
@@ -446,16 +392,8 @@ class SkippyApp(StatusMixin, App[None]):
                 self.refresh_bindings()
                 if state == WorkerState.ERROR and not self._load_cancel.is_set():
                     self._show_error("Could not load the models", worker.error)
-        elif worker.group == "generate" and state == WorkerState.ERROR and self.generating:
-            # an unexpected exception in the engine thread (SkippyErrors arrive as ReplyFinished)
-            error = worker.error
-            await self._flush(final=True)
-            self.generating = False
-            if self._current is not None:
-                await self._current.fail(error)
-            self._current = self._current_entry = None
-            self.notify(f"{type(error).__name__}: {error}", title="Generation failed", severity="error")
-            self.refresh_bindings()
+        elif worker.group == "generate" and state == WorkerState.ERROR:
+            await self._generate_failed(worker)
 
     # -- choosing models (the picker and its logic: ui/model_picker.py) ----------------------
 
@@ -610,173 +548,15 @@ class SkippyApp(StatusMixin, App[None]):
         if self.query(StatusBar):  # a resize can come before the layout is composed
             self._update_status()
 
-    def _apply_layout(self) -> None:
-        """Side by side when wide; the panel under the chat when narrow, hidden when also short.
-
-        F6's choice holds until the layout changes between side by side and stacked.
-        """
-        width, height = self.size
-        stacked = width < SIDE_BY_SIDE_MIN_WIDTH
-        if stacked != self._stacked:
-            self._stacked, self._panel_choice = stacked, None
-        shown = not stacked or height >= STACKED_MIN_HEIGHT
-        if self._panel_choice is not None:
-            shown = self._panel_choice
-        self.query_one("#main").set_class(stacked, "-stacked")
-        self.panel.set_stacked(stacked)
-        self.panel.display = shown
-
-    def action_toggle_panel(self) -> None:
-        self._panel_choice = not self.panel.display
-        self._apply_layout()
-        self._update_status()
-
-    # -- sending and generating -------------------------------------------------------------
+    # -- messages, each handed to the job that handles it --------------------------------------
+    # (an @on handler must sit on the App class itself: Textual collects them per message pump
+    # class, and never from a plain mixin)
 
     @on(PromptInput.Submitted)
     async def _submitted(self, event: PromptInput.Submitted) -> None:
-        text = event.text.strip()
-        if not text:
-            return
-        if self.generating:
-            self.notify("A reply is still being generated: wait, or press Esc to stop it.", severity="warning")
-            return
-        if self.speculator is None:
-            hint = "they are still loading" if self.loading else "press F5 to load them"
-            self.notify(f"No models loaded: {hint}.", severity="warning")
-            return
-        if self._editing is not None:
-            await self._truncate(self._editing)
-            self._end_edit()
-        self.prompt.remember(text)
-        self.state.history = self.prompt.recall_list
-        self.state.save()
-        self.prompt.clear()
-        for w in self.chat.query(Welcome):
-            await w.remove()
-        entry = Entry("user", text)
-        self.transcript.entries.append(entry)
-        await self.chat.mount(UserMessage(entry))
-        await self._start_reply()
-
-    async def _start_reply(self) -> None:
-        messages = self.transcript.engine_messages()
-        entry = Entry("assistant", "")
-        msg = AssistantMessage(entry)
-        await self.chat.mount(msg)
-        self.chat.anchor()
-        self.chat.scroll_end(animate=False)
-        msg.start_stream()
-        self._current, self._current_entry = msg, entry
-        self._live_stats = AcceptanceStats()
-        self._pending, self._panel_pending = [], []
-        self._cancel = threading.Event()
-        self._reply_id += 1
-        self.generating = True
-        replies = list(self.chat.query(AssistantMessage))
-        for r in replies:
-            r.set_class(r is msg, "-shown")
-        self._shown = msg
-        self.panel.show_reply(f"reply {len(replies)} of {len(replies)} · generating…", [], self._live_stats)
-        self.refresh_bindings()
-        forget, self._forget_next = self._forget_next, False
-        self._generate(self._reply_id, messages, LiveGeneration(self.generation, self), self._cancel, forget)
-        self._update_status()
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="generate", name="generate")
-    def _generate(
-        self, reply_id: int, messages: list[dict[str, str]], gen: Any, cancel: threading.Event, forget: bool
-    ) -> None:
-        spec = self.speculator
-        if forget:
-            spec.forget()
-        for ev in spec.run(messages, gen, cancel):
-            self.post_message(EngineEvent(reply_id, ev))
-
-    async def on_engine_event(self, msg: EngineEvent) -> None:
-        if msg.reply_id != self._reply_id or self._current_entry is None:
-            return
-        ev = msg.event
-        if isinstance(ev, StepVerified):
-            self._pending.append(ev)
-        elif isinstance(ev, ReplyStarted):
-            self._current_entry.events.append(ev)
-            self._n_ctx = ev.n_ctx
-            self._n_past = ev.n_prompt
-            self.panel.set_title(
-                f"reply {len(self.chat.query(AssistantMessage))} · prompt {ev.n_prompt} tok · "
-                f"target {ev.target_sync.label()} · prefill {ev.prefill_ms:.0f} ms"
-                + (f" · draft {ev.draft_sync.label()}" if ev.draft_sync.kind != "none" else "")
-            )
-            self._update_status()
-        elif isinstance(ev, ReplyFinished):
-            await self._flush(final=True)
-            await self._finish_reply(ev)
-
-    async def _flush(self, final: bool = False) -> None:
-        """Apply queued steps in one batch (20 Hz timer, and before a reply ends)."""
-        if self._current is None or self._current_entry is None:
-            return
-        if self._pending:
-            steps, self._pending = self._pending, []
-            self._current_entry.events.extend(steps)
-            for st in steps:
-                self._live_stats.add_step(
-                    len(st.proposed), st.n_accepted, st.n_committed,
-                    step_ms=st.sync_ms + st.draft_ms + st.verify_ms,
-                )  # fmt: skip
-            self._n_past = steps[-1].n_past_after
-            await self._current.append([s for st in steps for s in st.delta])
-            self._panel_pending += steps
-            self._update_status()
-        if self._panel_pending and (final or time.monotonic() - self._panel_at >= 1 / PANEL_HZ):
-            steps, self._panel_pending = self._panel_pending, []
-            self._panel_at = time.monotonic()
-            if self._shown is self._current:
-                self.panel.add_steps(steps, self._live_stats)
-
-    async def _finish_reply(self, fin: ReplyFinished) -> None:
-        msg, entry = self._current, self._current_entry
-        assert msg is not None and entry is not None
-        entry.events.append(fin)
-        entry.content = fin.text
-        self._n_past = fin.n_past
-        await msg.finish(fin, fin.text)
-        self.generating = False
-        self._current = self._current_entry = None
-        if fin.text or fin.reason not in ("error", "cancelled"):
-            self.transcript.entries.append(entry)
-            stats = reply_stats(entry.events)
-            self.session_stats.merge(stats)
-            self.panel.set_session(self.session_stats)
-            if self._shown is msg:
-                self._show_in_panel(msg)
-        else:
-            await msg.remove()
-        if fin.reason == "error":
-            self.notify(fin.error or "generation failed", title="Generation failed", severity="error", timeout=10)
-        elif fin.reason == "cancelled":
-            self.notify("Stopped.", timeout=2)
-        elif fin.reason == "context_full":
-            self.notify(fin.error or "The context window is full: start a new chat (ctrl+n).", severity="warning")
-        self.refresh_bindings()
-        self._update_status()
-        if self.config.get("ui", "autosave") and entry in self.transcript.entries:
-            self.action_save(quiet=True)
-        self._save_history()
-        if self._switched is not None:  # models chosen in the picker loaded during this reply
-            self._swap_models()
+        await self._send(event.text)
 
     # -- actions ---------------------------------------------------------------------------
-
-    def action_stop(self) -> None:
-        if self.screen.query("HelpPanel"):  # the keys panel (palette: Keys) closes first, as dialogs do
-            self.action_hide_help_panel()
-        elif self.generating:
-            self._cancel.set()
-        elif self._editing is not None:
-            self._end_edit()
-            self.prompt.clear()
 
     async def action_quit(self) -> None:
         screen = self.screen
@@ -843,21 +623,6 @@ class SkippyApp(StatusMixin, App[None]):
         what = f"This conversation ({n} message{'s' if n != 1 else ''})"
         self.push_screen(ConfirmDiscardScreen(action, what), chosen)
 
-    def _busy(self) -> bool:
-        if self.generating:
-            self.notify("Stop the reply first (Esc).", severity="warning")
-            return True
-        return False
-
-    async def _truncate(self, index: int) -> None:
-        """Drop entries ``index..`` and their widgets."""
-        dropped = self.transcript.entries[index:]
-        del self.transcript.entries[index:]
-        ids = {id(e) for e in dropped}
-        for w in list(self.chat.query(MessageWidget)):
-            if id(w.entry) in ids:
-                await w.remove()
-
     async def action_new_chat(self) -> None:
         if self._busy():
             return
@@ -878,47 +643,6 @@ class SkippyApp(StatusMixin, App[None]):
         self._n_past = 0
         self._update_status()
         self.prompt.focus()
-
-    async def action_regenerate(self) -> None:
-        if self._busy():
-            return
-        if self.speculator is None:
-            self.notify("No models loaded: press F5 to load them.", severity="warning")
-            return
-        entries = self.transcript.entries
-        if not entries:
-            self.notify("Nothing to regenerate yet.")
-            return
-        if entries[-1].role == "assistant":
-            await self._truncate(len(entries) - 1)
-        if not entries or entries[-1].role != "user":
-            self.notify("Nothing to regenerate yet.")
-            return
-        await self._start_reply()
-
-    def action_edit_last(self) -> None:
-        if self._busy():
-            return
-        idx = next((i for i in range(len(self.transcript.entries) - 1, -1, -1)
-                    if self.transcript.entries[i].role == "user"), None)  # fmt: skip
-        if idx is None:
-            self.notify("No message to edit yet.")
-            return
-        self._editing = idx
-        prompt = self.prompt
-        prompt.load_text(self.transcript.entries[idx].content)
-        prompt.move_cursor(prompt.document.end)
-        prompt.border_title = "editing your last message"
-        prompt.border_subtitle = "enter resends (the reply after it is replaced) · esc cancels"
-        prompt.add_class("-editing")
-        prompt.focus()
-
-    def _end_edit(self) -> None:
-        self._editing = None
-        prompt = self.prompt
-        prompt.border_title = "message"
-        prompt.border_subtitle = HINT
-        prompt.remove_class("-editing")
 
     def action_system_prompt(self) -> None:
         async def done(text: str | None) -> None:

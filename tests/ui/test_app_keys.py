@@ -437,11 +437,11 @@ def test_max_tokens_from_f3_caps_the_next_reply_and_alt_arrows_work_mid_reply(
     shows each of its steps once."""
     from test_app_live import Paced, _reply, _send
 
-    import skippy_tui.ui.app as app_module
+    import skippy_tui.ui.generation as generation_module
 
     # timeline rows every 5 s: the steps queued for the panel while reply 1 is shown are still queued
     # when the reply in flight is shown again
-    monkeypatch.setattr(app_module, "PANEL_HZ", 0.2)
+    monkeypatch.setattr(generation_module, "PANEL_HZ", 0.2)
     speculator.update(n_draft=4, source="model")
 
     async def body() -> None:

@@ -9,7 +9,7 @@ import pytest
 from skippy_tui.engine.events import ReplyFinished, StepVerified, SyncInfo, TextSpan, TokenInfo
 from skippy_tui.engine.sampling import SamplingParams
 from skippy_tui.engine.settings import GenerationSettings
-from skippy_tui.ui.app import LiveGeneration
+from skippy_tui.ui.generation import LiveGeneration
 from skippy_tui.ui.render import (
     SYNC_LEGEND,
     Part,
