@@ -16,12 +16,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from textual import events, on, work
+from textual import events, on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.command import CommandPalette
@@ -30,8 +29,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Label, ProgressBar, TextArea
 from textual.worker import Worker, WorkerState
 
-from ..config import Config, ConfigError, config_path, data_dir
-from ..engine.errors import SkippyError
+from ..config import Config, ConfigError, data_dir
 from ..engine.sampling import SamplingParams
 from ..engine.settings import GenerationSettings
 from ..engine.stats import AcceptanceStats
@@ -53,11 +51,10 @@ from .generation import FLUSH_HZ, GenerationMixin
 from .help import HelpScreen
 from .history_screen import HistoryScreen
 from .layout import LayoutMixin, MainArea
-from .messages import LoadProgress
-from .model_picker import ModelChoice, SwitchFailedScreen, SwitchProgress, picker_for
+from .loading import LoadingMixin
 from .panel import SpeculationPanel
 from .prompt import PromptInput
-from .screens import ErrorScreen, InspectorScreen, OpenTranscriptScreen, SystemPromptScreen, TuneScreen, how_to_fix
+from .screens import InspectorScreen, OpenTranscriptScreen, SystemPromptScreen, TuneScreen
 from .status import StatusBar, StatusMixin
 from .themes import UiState, load_themes
 
@@ -111,7 +108,7 @@ def tune_notice(values: dict[str, Any], before: SamplingParams, max_tokens: int 
     return text
 
 
-class SkippyApp(GenerationMixin, LayoutMixin, StatusMixin, App[None]):
+class SkippyApp(GenerationMixin, LoadingMixin, LayoutMixin, StatusMixin, App[None]):
     """skippy-tui: chat through speculative decoding and watch each step."""
 
     CSS_PATH = "app.tcss"
@@ -166,7 +163,6 @@ class SkippyApp(GenerationMixin, LayoutMixin, StatusMixin, App[None]):
         self.replay = transcript is not None and speculator is None and not load_models
         self._want_load = load_models and speculator is None and config_error is None
         self._config_error = config_error
-        self.loading = False
         self.state = UiState.load()
         self.sampling = SamplingParams()
         self.generation = GenerationSettings()
@@ -182,15 +178,12 @@ class SkippyApp(GenerationMixin, LayoutMixin, StatusMixin, App[None]):
         self._sampling_read = self.sampling
         self.session_stats = AcceptanceStats()
         self.color_origin = bool(config.get("ui", "color_origin"))
-        self._load_cancel = threading.Event()  # quit during a load stops it (else exit waits for it)
-        self._load_asked_n_ctx = 0
-        self.switching: ModelChoice | None = None  # the pair the picker chose, while it loads
-        self._switched: Any = None  # that pair loaded, waiting for the reply in flight to end
         self._shown: AssistantMessage | None = None  # reply shown in the panel
         self._n_past = 0
         self._n_ctx = 0
         self._theme_errors: list[str] = []
         self._init_generation()
+        self._init_loading()
         self._init_layout()
         self._mark_saved()  # a transcript opened from a file is saved as it stands
         self.history_path: Path | None = None  # this chat's file in the history, once saved there
@@ -295,197 +288,6 @@ class SkippyApp(GenerationMixin, LayoutMixin, StatusMixin, App[None]):
             return None
         return True
 
-    # -- loading ------------------------------------------------------------------------
-
-    def action_load_models(self) -> None:
-        if self.speculator is not None or self.loading:
-            return
-        if not self._reread_config():
-            return
-        try:
-            spec = self.config.engine_spec()
-        except ConfigError as e:
-            self._show_error("The config has a problem", e)
-            return
-        self.loading = True
-        self.query_one("#loading").display = True
-        self.query_one("#loading-label", Label).update("checking models…")
-        self.refresh_bindings()
-        self._load_cancel = threading.Event()
-        self._load_asked_n_ctx = spec.target.load.n_ctx
-        self._load(spec, self._load_cancel)
-
-    def _reread_config(self) -> bool:
-        """Read the config again before loading; what F3/F4 changed in this session stays on top.
-
-        Returns False (with the error dialog up) when it is still wrong.
-        """
-        if self._reload_config is None:
-            return True
-        try:
-            fresh = self._reload_config()
-            gen = fresh.generation()
-            fresh.engine_spec()  # bounds, before anything is replaced
-        except ConfigError as e:
-            self._show_error("The config still has a problem", e)
-            return False
-        for section, values in self.config.values.items():
-            for key, value in values.items():
-                if value != self._config_read[section][key]:  # changed in this session (F3 with no models, F4)
-                    fresh.values[section][key] = value
-        changed = fresh.values != self.config.values
-        self.config, self._config_read, self._config_error = fresh, copy.deepcopy(fresh.values), None
-        self.generation = gen
-        if self.sampling == self._sampling_read:  # not tuned in this session: the file's sampling
-            self.sampling = gen.sampling
-        self._sampling_read = gen.sampling
-        if changed:
-            self.notify(f"Settings re-read from {fresh.source or 'the defaults'}.", timeout=4)
-        return True
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="load", name="load")
-    def _load(self, spec: Any, cancel: threading.Event) -> Any:
-        from ..engine.loader import load_speculator
-
-        return load_speculator(spec, lambda stage, f: self.post_message(LoadProgress(stage, f)), cancel.is_set)
-
-    def on_load_progress(self, msg: LoadProgress) -> None:
-        if not self.loading:
-            return
-        self.query_one("#loading-label", Label).update(msg.stage)
-        self.query_one("#loading-bar", ProgressBar).update(progress=round(msg.fraction * 100))
-
-    def _loaded(self, speculator: Any) -> None:
-        self.speculator = speculator
-        self.loading = False
-        self.replay = False
-        self.query_one("#loading").display = False
-        self._n_ctx = speculator.n_ctx
-        self._n_past = speculator.n_past
-        self._update_status()
-        self.refresh_bindings()
-        if getattr(speculator, "no_rollback", ""):
-            self.notify(
-                speculator.no_rollback.capitalize() + ".", title="Plain decoding", severity="warning", timeout=10
-            )
-
-    @on(Worker.StateChanged)
-    async def _worker_changed(self, event: Worker.StateChanged) -> None:
-        worker, state = event.worker, event.state
-        if worker.group == "load":
-            if state == WorkerState.SUCCESS:
-                self.owns_speculator = True
-                self._loaded(worker.result)
-                self.notify("Models loaded. Type a message and press Enter.", timeout=4)
-                if worker.result.n_ctx != self._load_asked_n_ctx:  # llama.cpp pads the KV cache
-                    self.notify(
-                        f"llama.cpp rounded n_ctx {self._load_asked_n_ctx} to {worker.result.n_ctx} tokens.",
-                        title="Context window",
-                        timeout=8,
-                    )
-                inv = worker.result.invariance
-                if inv is not None and inv.note and worker.result.drafter is not None:
-                    self.notify(inv.note, title="Verification is row by row", severity="warning", timeout=15)
-            elif state in (WorkerState.ERROR, WorkerState.CANCELLED):
-                self.loading = False
-                self.query_one("#loading").display = False
-                self.refresh_bindings()
-                if state == WorkerState.ERROR and not self._load_cancel.is_set():
-                    self._show_error("Could not load the models", worker.error)
-        elif worker.group == "generate" and state == WorkerState.ERROR:
-            await self._generate_failed(worker)
-
-    # -- choosing models (the picker and its logic: ui/model_picker.py) ----------------------
-
-    def action_choose_models(self) -> None:
-        if self.generating:
-            self.notify("Models cannot change mid-reply: stop it (Esc) or let it end first.", severity="warning")
-            return
-        if self.loading or self.switching is not None:
-            self.notify("Models are loading: wait until they are ready.", severity="warning")
-            return
-        self.push_screen(picker_for(self), self._models_chosen)
-
-    def _models_chosen(self, choice: ModelChoice | None) -> None:
-        if choice is None:
-            return
-        try:
-            spec = choice.spec(self.config)
-        except ConfigError as e:
-            self._show_error("The config has a problem", e)
-            return
-        self.switching = choice
-        self._load_cancel = threading.Event()
-        self.query_one("#loading").display = True
-        keep = " (the current models answer meanwhile)" if self.speculator is not None else ""
-        self.query_one("#loading-label", Label).update(f"loading {choice.label}{keep}…")
-        self.query_one("#loading-bar", ProgressBar).update(progress=0)
-        self.refresh_bindings()
-        self._switch_models(spec, self._load_cancel)
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="switch", name="switch")
-    def _switch_models(self, spec: Any, cancel: threading.Event) -> Any:
-        from ..engine.loader import load_speculator
-
-        return load_speculator(spec, lambda stage, f: self.post_message(SwitchProgress(stage, f)), cancel.is_set)
-
-    def on_switch_progress(self, msg: SwitchProgress) -> None:
-        if self.switching is not None and self._switched is None:
-            self.query_one("#loading-label", Label).update(f"{self.switching.label}: {msg.stage}")
-            self.query_one("#loading-bar", ProgressBar).update(progress=round(msg.fraction * 100))
-
-    @on(Worker.StateChanged)
-    def _switch_changed(self, event: Worker.StateChanged) -> None:
-        worker, state, choice = event.worker, event.state, self.switching
-        if worker.group != "switch" or choice is None:
-            return
-        if state == WorkerState.SUCCESS:
-            self._switched = worker.result
-            if self.generating:  # a reply began during the load: it ends on the models it began with
-                self.query_one("#loading-label", Label).update(f"{choice.label} ready: switching after this reply")
-                self.notify(f"{choice.label} is ready: it takes over when this reply ends.", timeout=4)
-            else:
-                self._swap_models()
-        elif state in (WorkerState.ERROR, WorkerState.CANCELLED):
-            self.switching = None
-            self.query_one("#loading").display = False
-            self.refresh_bindings()
-            if state == WorkerState.ERROR and not self._load_cancel.is_set():
-                self.push_screen(
-                    SwitchFailedScreen(choice, worker.error, self.speculator is not None),
-                    lambda c: self.exit(return_code=1) if c == "quit" else None,
-                )
-
-    def _swap_models(self) -> None:
-        """Put the loaded pair in place of the old one (closed if this app loaded it)."""
-        new, choice = self._switched, self.switching
-        assert new is not None and choice is not None and not self.generating
-        old, owned = self.speculator, self.owns_speculator
-        choice.apply(self.config)
-        self._switched = self.switching = None
-        if old is not None:  # F3's k and p_min apply to the new pair too, where it can take them
-            try:
-                new.update(n_draft=old.speculation.n_draft, p_min=old.speculation.p_min)
-            except SkippyError:
-                pass
-        self.owns_speculator = True
-        self._loaded(new)
-        self._snapshot_metadata()  # the transcript's models are the ones its next replies come from
-        if old is not None and owned:  # the engine touches no native state after its last event
-            old.close()
-        chat = " The conversation stays: the next reply prefills it." if self.transcript.entries else ""
-        self.notify(f"Now on {choice.label}.{chat}", title="Models switched", timeout=5)
-
-    def _show_error(self, title: str, error: BaseException | None) -> None:
-        message = str(error) if isinstance(error, SkippyError) else f"{type(error).__name__}: {error}"
-        fix = how_to_fix(error, str(self.config.source or config_path())) if error else ""
-
-        def done(choice: str | None) -> None:
-            if choice == "quit":
-                self.exit(return_code=1)
-
-        self.push_screen(ErrorScreen(title, message, fix), done)
-
     # -- conversation display -------------------------------------------------------------
 
     async def _show_transcript(self) -> None:
@@ -555,6 +357,16 @@ class SkippyApp(GenerationMixin, LayoutMixin, StatusMixin, App[None]):
     @on(PromptInput.Submitted)
     async def _submitted(self, event: PromptInput.Submitted) -> None:
         await self._send(event.text)
+
+    @on(Worker.StateChanged)
+    async def _worker_changed(self, event: Worker.StateChanged) -> None:
+        worker, state = event.worker, event.state
+        if worker.group == "load":
+            self._load_changed(worker, state)
+        elif worker.group == "switch":
+            self._switch_changed(worker, state)
+        elif worker.group == "generate" and state == WorkerState.ERROR:
+            await self._generate_failed(worker)
 
     # -- actions ---------------------------------------------------------------------------
 
