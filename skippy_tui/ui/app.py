@@ -1,21 +1,24 @@
-"""The Textual app: chat pane, speculation panel, status bar, actions.
+"""The Textual app: its widgets, keys and state, and the wiring of the jobs it is made of.
 
-Flow: a thread worker loads the models, another runs :meth:`Speculator.run`
-and posts every event as an :class:`EngineEvent` message. Steps queue up in
-``_pending`` and a 20 Hz timer applies them in one batch (Markdown stream,
-stats, status), so a fast backend never floods the UI; text is never dropped.
-Timeline rows follow at 4 Hz: every added row re-renders all visible rows of a
-DataTable, which on 2 cores took CPU from the decoding threads.
-``ReplyFinished`` flushes both queues first, then ends the reply.
-Esc sets the reply's cancel event (the engine checks it between steps); quit
-sets it, aborts a native decode in flight, and exits.
+Each job is a mixin in its own module, which says what it owns and relies on:
+
+- ``generation.py``: send, the generate worker, engine events into the widgets, stop / regenerate / edit;
+- ``loading.py``: F5 and the picker's switch (F8), their workers and the load error dialog;
+- ``files.py``: save / open transcripts, the chat history, asking before a chat is dropped;
+- ``replies.py``: the chat filled from the transcript, which reply the panel shows, copying;
+- ``tuning.py``: system prompt (F2), tune (F3), speculation on/off (F4);
+- ``layout.py``: where the panel goes (F6); ``status.py``: the status bar.
+
+This module keeps what ties them together: compose and mount, the bindings and which
+apply now, the message handlers (each handed to its job), quit, and the few actions
+that belong to no job. Quit sets the reply's cancel event, aborts a native decode in
+flight, stops a load, and exits.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -33,14 +36,8 @@ from ..config import Config, ConfigError
 from ..engine.sampling import SamplingParams
 from ..engine.settings import GenerationSettings
 from ..engine.stats import AcceptanceStats
-from ..transcript import (
-    Transcript,
-    count,
-    reply_stats,
-    sampling_label,
-)
-from .chat import AssistantMessage, ChatView, SystemNote, UserMessage, Welcome
-from .clipboard import CodeBlockScreen, code_blocks
+from ..transcript import Transcript
+from .chat import AssistantMessage, ChatView
 from .commands import SkippyCommands
 from .confirm import DISCARD, ConfirmDiscardScreen
 from .files import FilesMixin
@@ -50,9 +47,10 @@ from .layout import LayoutMixin, MainArea
 from .loading import LoadingMixin
 from .panel import SpeculationPanel
 from .prompt import PromptInput
-from .screens import InspectorScreen, SystemPromptScreen, TuneScreen
+from .replies import ReplyViewMixin
 from .status import StatusBar, StatusMixin
 from .themes import UiState, load_themes
+from .tuning import TuningMixin
 
 # the app's own actions: off while a dialog (not the command palette) is open
 CHAT_ACTIONS = frozenset(
@@ -84,27 +82,11 @@ KEY_HELP = {
     "copy_code": "copy a code block of that reply (a list to pick from when it has several)",
     "quit": "quit (also mid-reply)",
 }
-WELCOME = (
-    "Type a message below and press Enter. Replies stream here; the panel on the right shows every "
-    "speculation step: the draft's proposal, what the target accepted, and the token it added. "
-    "Select a step (Tab to the panel, then Enter) to inspect it. F1 explains the keys and the panel; "
-    "Ctrl+P lists every command."
-)
 
 
-def tune_notice(values: dict[str, Any], before: SamplingParams, max_tokens: int | None = None) -> str:
-    """What F3 set, and from when: everything from the next step, a new seed from the next reply."""
-    s: SamplingParams = values["sampling"]
-    text = f"n_draft={values['n_draft']} p_min={values['p_min']:g} · {sampling_label(dataclasses.asdict(s))}"
-    text += " from the next step."
-    if s.seed != before.seed:
-        text += f" Seed {'random' if s.seed is None else s.seed} from the next reply."
-    if values.get("max_tokens") not in (None, max_tokens):
-        text += f" max_tokens={values['max_tokens']} from the next reply."
-    return text
-
-
-class SkippyApp(GenerationMixin, LoadingMixin, FilesMixin, LayoutMixin, StatusMixin, App[None]):
+class SkippyApp(
+    GenerationMixin, LoadingMixin, FilesMixin, ReplyViewMixin, TuningMixin, LayoutMixin, StatusMixin, App[None]
+):
     """skippy-tui: chat through speculative decoding and watch each step."""
 
     CSS_PATH = "app.tcss"
@@ -174,16 +156,16 @@ class SkippyApp(GenerationMixin, LoadingMixin, FilesMixin, LayoutMixin, StatusMi
         self._sampling_read = self.sampling
         self.session_stats = AcceptanceStats()
         self.color_origin = bool(config.get("ui", "color_origin"))
-        self._shown: AssistantMessage | None = None  # reply shown in the panel
         self._n_past = 0
         self._n_ctx = 0
         self._theme_errors: list[str] = []
+        self._init_reply_view()
         self._init_generation()
         self._init_loading()
         self._init_layout()
         self._init_files()
 
-    # -- layout -------------------------------------------------------------------------
+    # -- widgets, mount, keys ----------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         with MainArea(id="main"):
@@ -227,7 +209,7 @@ class SkippyApp(GenerationMixin, LoadingMixin, FilesMixin, LayoutMixin, StatusMi
             self.notify("\n".join(self._theme_errors), title="Skipped theme files", severity="warning", timeout=10)
         self.query_one("#loading").display = False
         await self._show_transcript()
-        self.set_interval(1 / FLUSH_HZ, self._flush)
+        self.set_interval(1 / FLUSH_HZ, self._flush_steps)
         self.prompt.focus()
         if self.speculator is not None:
             self._loaded(self.speculator)
@@ -282,64 +264,6 @@ class SkippyApp(GenerationMixin, LoadingMixin, FilesMixin, LayoutMixin, StatusMi
             return None
         return True
 
-    # -- conversation display -------------------------------------------------------------
-
-    async def _show_transcript(self) -> None:
-        chat = self.chat
-        await chat.remove_children()
-        widgets: list[Any] = []
-        if self.transcript.system_prompt:
-            widgets.append(SystemNote(f"system: {self.transcript.system_prompt}", markup=False))
-        for e in self.transcript.entries:
-            widgets.append(AssistantMessage(e) if e.role == "assistant" else UserMessage(e))
-        if not self.transcript.entries:
-            widgets.append(Welcome(WELCOME, markup=False))
-        if widgets:
-            await chat.mount_all(widgets)
-        self.session_stats = AcceptanceStats()
-        for e in self.transcript.replies():
-            self.session_stats.merge(reply_stats(e.events))
-        self.panel.set_session(self.session_stats)
-        replies = list(chat.query(AssistantMessage))
-        if replies:
-            self._show_in_panel(replies[-1])
-        else:
-            self.panel.show_reply("no reply yet", [], AcceptanceStats())
-        chat.scroll_end(animate=False)
-
-    def _show_in_panel(self, msg: AssistantMessage) -> None:
-        replies = list(self.chat.query(AssistantMessage))
-        n = replies.index(msg) + 1 if msg in replies else len(replies)
-        for r in replies:
-            r.set_class(r is msg, "-shown")
-        self._shown = msg
-        steps = msg.entry.steps
-        title = f"reply {n} of {len(replies)} · {count(len(steps), 'step')}"
-        started = msg.entry.started
-        if started is not None:
-            title += f" · prompt {started.n_prompt} tok · target {started.target_sync.label()}"
-            if started.draft_sync.kind != "none":
-                title += f" · draft {started.draft_sync.label()}"
-        self.panel.show_reply(title, steps, reply_stats(msg.entry.events))
-
-    @on(AssistantMessage.Selected)
-    def _select_reply(self, event: AssistantMessage.Selected) -> None:
-        self._pick_reply(event.message)
-
-    def _pick_reply(self, msg: AssistantMessage) -> None:
-        """Show ``msg``'s steps in the panel (a click, alt+↑/↓), the reply in flight included."""
-        if msg is self._shown:
-            return
-        self._show_in_panel(msg)
-        if msg is self._current:
-            self._panel_pending = []  # its entry holds every step flushed so far: shown now, not again
-
-    @on(SpeculationPanel.InspectStep)
-    def _inspect(self, event: SpeculationPanel.InspectStep) -> None:
-        if event.steps:
-            started = self._shown.entry.started if self._shown is not None else None
-            self.push_screen(InspectorScreen(event.steps, event.index, started))
-
     def on_resize(self) -> None:
         if self.query(StatusBar):  # a resize can come before the layout is composed
             self._update_status()
@@ -352,6 +276,14 @@ class SkippyApp(GenerationMixin, LoadingMixin, FilesMixin, LayoutMixin, StatusMi
     async def _submitted(self, event: PromptInput.Submitted) -> None:
         await self._send(event.text)
 
+    @on(AssistantMessage.Selected)
+    def _select_reply(self, event: AssistantMessage.Selected) -> None:
+        self._pick_reply(event.message)
+
+    @on(SpeculationPanel.InspectStep)
+    def _inspect(self, event: SpeculationPanel.InspectStep) -> None:
+        self._inspect_step(event.steps, event.index)
+
     @on(Worker.StateChanged)
     async def _worker_changed(self, event: Worker.StateChanged) -> None:
         worker, state = event.worker, event.state
@@ -362,7 +294,7 @@ class SkippyApp(GenerationMixin, LoadingMixin, FilesMixin, LayoutMixin, StatusMi
         elif worker.group == "generate" and state == WorkerState.ERROR:
             await self._generate_failed(worker)
 
-    # -- actions ---------------------------------------------------------------------------
+    # -- quit, help, and the actions of no one job ----------------------------------------------
 
     async def action_quit(self) -> None:
         screen = self.screen
@@ -381,114 +313,8 @@ class SkippyApp(GenerationMixin, LoadingMixin, FilesMixin, LayoutMixin, StatusMi
             self._switched = None
         self.exit(return_code=0)
 
-    # -- settings: system prompt, speculation, tuning ------------------------------------------
-
-    def action_system_prompt(self) -> None:
-        async def done(text: str | None) -> None:
-            if text is None or text == self.transcript.system_prompt:
-                return
-            self.transcript.system_prompt = text
-            for note in self.chat.query(SystemNote):
-                await note.remove()
-            if text:
-                children = self.chat.children
-                note = SystemNote(f"system: {text}", markup=False)
-                await self.chat.mount(note, before=children[0] if children else None)
-            self.notify("System prompt set: it applies from the next reply.", timeout=3)
-            self._save_history()
-
-        self.push_screen(SystemPromptScreen(self.transcript.system_prompt), done)
-
-    def action_toggle_speculation(self) -> None:
-        spec = self.speculator
-        if spec is None:
-            enabled = not self.config.get("speculation", "enabled")
-            self.config.set("speculation", "enabled", enabled)
-            self.notify(f"Speculation {'on' if enabled else 'off'} when the models load.")
-            return
-        if spec.drafter is None:
-            self.notify("No draft model is loaded, so speculation stays off.", severity="warning")
-            return
-        if spec.no_rollback:
-            self.notify(spec.no_rollback.capitalize() + ".", severity="warning")
-            return
-        spec.update(enabled=not spec.speculation.enabled)
-        self.notify(f"Speculation {'on' if spec.speculation.enabled else 'off'} from the next step.", timeout=2)
-        self._update_status()
-
-    def action_tune(self, focus: str = "n_draft") -> None:
-        spec = self.speculator
-        n_draft = spec.speculation.n_draft if spec is not None else self.config.get("speculation", "n_draft")
-        p_min = spec.speculation.p_min if spec is not None else self.config.get("speculation", "p_min")
-        before = self.sampling
-
-        def apply(values: dict[str, Any]) -> None:
-            # raises SkippyError (shown in the dialog) before anything changes
-            if spec is not None:
-                spec.update(n_draft=values["n_draft"], p_min=values["p_min"])
-            else:
-                self.config.set("speculation", "n_draft", values["n_draft"])
-                self.config.set("speculation", "p_min", values["p_min"])
-            self.sampling = values["sampling"]
-            # read when a reply starts (LiveGeneration), so it applies from the next reply
-            self.generation = dataclasses.replace(self.generation, max_tokens=values["max_tokens"])
-
-        def done(values: dict[str, Any] | None) -> None:
-            if values:
-                self.notify(tune_notice(values, before, max_tokens), timeout=4)
-                self._update_status()
-
-        max_tokens = self.generation.max_tokens
-        self.push_screen(TuneScreen(n_draft, p_min, self.sampling, focus, apply, max_tokens=max_tokens), done)
-
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
-
-    def action_show_reply(self, delta: int) -> None:
-        """Show the previous (-1) or next (+1) reply's steps in the panel: the keyboard's click on a reply."""
-        replies = list(self.chat.query(AssistantMessage))
-        if not replies:
-            self.notify("No reply yet.", timeout=2)
-            return
-        at = replies.index(self._shown) if self._shown in replies else len(replies) - 1
-        msg = replies[max(0, min(len(replies) - 1, at + delta))]
-        self._pick_reply(msg)
-        self.chat.scroll_to_widget(msg, animate=False)
-
-    def _reply_to_copy(self) -> tuple[int, str] | None:
-        """The reply the panel shows (or the last one): its number and text; None, with a notice, when none."""
-        replies = list(self.chat.query(AssistantMessage))
-        msg = self._shown if self._shown in replies else (replies[-1] if replies else None)
-        if msg is None or not msg.text:
-            self.notify("No reply to copy yet.", severity="warning", timeout=3)
-            return None
-        return replies.index(msg) + 1, msg.text
-
-    def action_copy_reply(self) -> None:
-        reply = self._reply_to_copy()
-        if reply is not None:
-            n, text = reply
-            self.copy_to_clipboard(text)
-            self.notify(f"Copied reply {n} ({count(len(text), 'character')}) to the clipboard.", timeout=3)
-
-    def action_copy_code(self) -> None:
-        reply = self._reply_to_copy()
-        if reply is None:
-            return
-        n, text = reply
-        blocks = code_blocks(text)
-
-        def copy(index: int | None) -> None:
-            if index is not None:
-                self.copy_to_clipboard(blocks[index][1])
-                self.notify(f"Copied code block {index + 1} of reply {n} to the clipboard.", timeout=3)
-
-        if not blocks:
-            self.notify(f"Reply {n} has no code block: alt+c copies the whole reply.", severity="warning")
-        elif len(blocks) == 1:
-            copy(0)
-        else:
-            self.push_screen(CodeBlockScreen(blocks, n), copy)
 
     def on_key(self, event: events.Key) -> None:
         """A character typed while the chat or the panel has the focus goes to the input, not nowhere."""

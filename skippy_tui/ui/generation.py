@@ -163,10 +163,10 @@ class GenerationMixin:
             )
             self._update_status()
         elif isinstance(ev, ReplyFinished):
-            await self._flush(final=True)
+            await self._flush_steps(final=True)
             await self._finish_reply(ev)
 
-    async def _flush(self, final: bool = False) -> None:
+    async def _flush_steps(self, final: bool = False) -> None:
         """Apply queued steps in one batch (20 Hz timer, and before a reply ends)."""
         if self._current is None or self._current_entry is None:
             return
@@ -226,7 +226,7 @@ class GenerationMixin:
         if not self.generating:
             return
         error = worker.error
-        await self._flush(final=True)
+        await self._flush_steps(final=True)
         self.generating = False
         if self._current is not None:
             await self._current.fail(error)
