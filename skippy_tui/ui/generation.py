@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual import work
 from textual.worker import Worker
@@ -28,6 +28,9 @@ from ..transcript import Entry, reply_stats
 from .chat import AssistantMessage, MessageWidget, UserMessage, Welcome
 from .messages import EngineEvent
 from .prompt import HINT
+
+if TYPE_CHECKING:
+    from .app import SkippyApp
 
 FLUSH_HZ = 20
 PANEL_HZ = 4
@@ -44,7 +47,7 @@ class LiveGeneration:
     Length and stop strings stay fixed for the reply.
     """
 
-    def __init__(self, base: GenerationSettings, app: Any) -> None:
+    def __init__(self, base: GenerationSettings, app: SkippyApp) -> None:
         self.max_tokens = base.max_tokens
         self.stop = base.stop
         self._app = app
