@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from textual import work
 from textual.worker import Worker
@@ -29,8 +29,12 @@ from .chat import AssistantMessage, MessageWidget, UserMessage, Welcome
 from .messages import EngineEvent
 from .prompt import HINT
 
-if TYPE_CHECKING:
-    from .app import SkippyApp
+
+class SamplingHost(Protocol):
+    """Where the live sampling settings are read (the app; F3 replaces them)."""
+
+    sampling: SamplingParams
+
 
 FLUSH_HZ = 20
 PANEL_HZ = 4
@@ -47,7 +51,7 @@ class LiveGeneration:
     Length and stop strings stay fixed for the reply.
     """
 
-    def __init__(self, base: GenerationSettings, app: SkippyApp) -> None:
+    def __init__(self, base: GenerationSettings, app: SamplingHost) -> None:
         self.max_tokens = base.max_tokens
         self.stop = base.stop
         self._app = app

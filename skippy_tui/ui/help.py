@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
 from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
@@ -19,8 +19,14 @@ from textual.widgets import Static
 
 from .render import fg
 
-if TYPE_CHECKING:
-    from .app import SkippyApp
+
+class HelpHost(Protocol):
+    """What the help screen reads from the app (so it need not import it)."""
+
+    def key_help(self) -> list[tuple[str, str]]: ...
+
+    def model_descriptions(self) -> list[str]: ...
+
 
 # keys that belong to one widget or dialog, not to the app (the app's own come from its bindings)
 CONTEXT_KEYS: tuple[tuple[str, str], ...] = (
@@ -95,7 +101,7 @@ class HelpScreen(ModalScreen[None]):
 
     def text(self) -> Group:
         """The whole help, with the current theme's colours: headings, then key/meaning grids."""
-        app: SkippyApp = self.app  # type: ignore[assignment]
+        app: HelpHost = self.app  # type: ignore[assignment]
         heading, key = self._style("heading"), self._style("key")
         parts: list[RenderableType] = []
 
