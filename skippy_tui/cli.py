@@ -65,8 +65,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     gen = cfg.generation()
     speculator = load_speculator(spec, stderr_progress())
     n_ctx = speculator.n_ctx
-    if n_ctx != spec.target.load.n_ctx:
-        sys.stderr.write(f"note: llama.cpp rounded n_ctx {spec.target.load.n_ctx} to {n_ctx} tokens\n")
+    if speculator.load_note:
+        sys.stderr.write(f"note: {speculator.load_note}\n")
     if speculator.no_rollback:
         sys.stderr.write(f"note: {speculator.no_rollback}\n")
     inv = speculator.invariance

@@ -124,6 +124,8 @@ class Speculator:
         self.exactness_probe: Callable[[], Invariance] | None = None
         # why speculation must stay off (a recurrent/hybrid model cannot roll back), or ""
         self.no_rollback = ""
+        # what llama.cpp changed in the load settings (it pads n_ctx), said once by the CLI and app, or ""
+        self.load_note = ""
 
     # -- settings that apply from the next step -------------------------------------
 

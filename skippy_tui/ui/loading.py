@@ -26,7 +26,7 @@ from .screens import ErrorScreen, how_to_fix
 class LoadingMixin:
     """Loading and switching models for the app, and the error dialog a failed load shows.
 
-    Owns ``loading`` (F5's load is running), ``_load_cancel`` (quit sets it), ``_load_asked_n_ctx``,
+    Owns ``loading`` (F5's load is running), ``_load_cancel`` (quit sets it),
     ``switching`` (the picker's choice while it loads) and ``_switched`` (that pair loaded,
     waiting for the reply in flight to end). Relies on the app's ``config``, ``_reload_config``,
     ``_config_read``, ``_sampling_read``, ``speculator``, ``owns_speculator``, ``sampling``,
@@ -37,7 +37,6 @@ class LoadingMixin:
     def _init_loading(self) -> None:
         self.loading = False
         self._load_cancel = threading.Event()  # quit during a load stops it (else exit waits for it)
-        self._load_asked_n_ctx = 0
         self.switching: ModelChoice | None = None  # the pair the picker chose, while it loads
         self._switched: Any = None  # that pair loaded, waiting for the reply in flight to end
 
@@ -56,7 +55,6 @@ class LoadingMixin:
         self.query_one("#loading-label", Label).update("checking models…")
         self.refresh_bindings()
         self._load_cancel = threading.Event()
-        self._load_asked_n_ctx = spec.target.load.n_ctx
         self._load(spec, self._load_cancel)
 
     def _reread_config(self) -> bool:
@@ -119,12 +117,8 @@ class LoadingMixin:
             self.owns_speculator = True
             self._loaded(worker.result)
             self.notify("Models loaded. Type a message and press Enter.", timeout=4)
-            if worker.result.n_ctx != self._load_asked_n_ctx:  # llama.cpp pads the KV cache
-                self.notify(
-                    f"llama.cpp rounded n_ctx {self._load_asked_n_ctx} to {worker.result.n_ctx} tokens.",
-                    title="Context window",
-                    timeout=8,
-                )
+            if worker.result.load_note:
+                self.notify(worker.result.load_note + ".", title="Context window", timeout=8)
             inv = worker.result.invariance
             if inv is not None and inv.note and worker.result.drafter is not None:
                 self.notify(inv.note, title="Verification is row by row", severity="warning", timeout=15)
