@@ -65,8 +65,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     gen = cfg.generation()
     speculator = load_speculator(spec, stderr_progress())
     n_ctx = speculator.n_ctx
-    if n_ctx != spec.target.load.n_ctx:
-        sys.stderr.write(f"note: llama.cpp rounded n_ctx {spec.target.load.n_ctx} to {n_ctx} tokens\n")
+    if speculator.load_note:
+        sys.stderr.write(f"note: {speculator.load_note}\n")
     if speculator.no_rollback:
         sys.stderr.write(f"note: {speculator.no_rollback}\n")
     inv = speculator.invariance
@@ -134,15 +134,28 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return run_replay(args)
 
 
+NO_HISTORY_HELP = "keep no chat history this time (nothing is written to the history folder)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="skippy-tui",
-        description="Chat with a local LLM through speculative decoding, and watch the draft at work.",
+        description=(
+            "Chat with a local LLM through speculative decoding, and watch the draft at work.\n\n"
+            "With no COMMAND, skippy-tui opens the app (the chat) on the configured models,\n"
+            "or on the built-in default pair when none are configured."
+        ),
+        epilog=(
+            "keys: in the app, F1 lists every key and explains the panel; Ctrl+P (the\n"
+            "command palette) lists every action with its key."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # keep the lines above as written
     )
     p.add_argument("--version", action="version", version=f"skippy-tui {__version__}")
     p.add_argument("--print-config-path", action="store_true", help="print where the config file is read from")
     add_model_flags(p)
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    p.add_argument("--no-history", action="store_true", help=NO_HISTORY_HELP)
+    sub = p.add_subparsers(dest="command", metavar="[COMMAND]", title="commands (none: open the app)")
     r = sub.add_parser("run", help="generate one reply headless, streamed to stdout")
     r.add_argument("prompt", help="the user message ('-' reads stdin)")
     r.add_argument("--trace", action="store_true", default=False, help="one line per speculation step on stderr")
@@ -162,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--continue", dest="continue_", action="store_true", default=False,
         help="also load the configured models, to continue the conversation",
     )  # fmt: skip
+    rp.add_argument("--no-history", action="store_true", default=argparse.SUPPRESS, help=NO_HISTORY_HELP)
     add_model_flags(rp, sub=True)
     rp.set_defaults(func=cmd_replay)
     return p

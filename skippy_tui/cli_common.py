@@ -147,6 +147,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         cfg.set("target", "rpc", list(args.rpc), "--rpc")
     if getattr(args, "no_draft", False):
         cfg.set("draft", "enabled", False, "--no-draft")
+    if getattr(args, "no_history", False):
+        cfg.set("ui", "history", False, "--no-history")
     return cfg
 
 

@@ -98,7 +98,14 @@ SCHEMA: dict[str, dict[str, Any]] = {
     },
     "generation": {"max_tokens": 512, "stop": [], "system_prompt": ""},
     "library": {"dirs": []},
-    "ui": {"theme": "skippy-dark", "color_origin": False, "autosave": False, "transcript_dir": "", "yield_cpu": True},
+    "ui": {
+        "theme": "skippy-dark",
+        "color_origin": False,
+        "autosave": False,
+        "transcript_dir": "",
+        "yield_cpu": True,
+        "history": True,
+    },
 }
 
 

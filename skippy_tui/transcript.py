@@ -96,6 +96,7 @@ class Transcript:
     config: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     created: str = ""
+    title: str = ""  # set by a rename in the chat history; "" = named by its first message
 
     def engine_messages(self) -> list[dict[str, str]]:
         """What :meth:`Speculator.run` takes: system prompt (if any), then the messages."""
@@ -117,7 +118,7 @@ class Transcript:
             "config": self.config,
             "system_prompt": self.system_prompt,
             "messages": [e.to_dict() for e in self.entries],
-        }
+        } | ({"title": self.title} if self.title else {})
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Transcript:
@@ -141,6 +142,9 @@ class Transcript:
         system = d.get("system_prompt") or ""
         if not isinstance(system, str):
             raise TranscriptError(f'"system_prompt" must be a string, not {type(system).__name__}')
+        title = d.get("title") or ""
+        if not isinstance(title, str):
+            raise TranscriptError(f'"title" must be a string, not {type(title).__name__}')
         # JSON may escape half a surrogate pair ("\\ud800"), which no UTF-8 save could write back
         d = _without_lone_surrogates(d)
         try:
@@ -154,6 +158,7 @@ class Transcript:
             config=dict(d.get("config") or {}),
             versions=dict(d.get("versions") or {}),
             created=str(d.get("created", "")),
+            title=d.get("title") or "",
         )
 
     # -- Markdown --------------------------------------------------------------------

@@ -509,3 +509,18 @@ def test_a_draft_measured_slow_once_is_not_kept_slow():
     calm = feed(policy, 12, 8, verify=lambda b: 30.0 + 1.0 * (b - 1), draft_ms=3.0, accepted=lambda k: k)
     first = next(i for i, k in enumerate(calm) if k > 0)
     assert first <= 4 and calm[first + 1 : first + 4] == [8, 8, 8], calm  # before: plain until 5 probes
+
+
+def test_a_fixed_k_after_auto_drafts_as_ngram_plus_model_again(pair):
+    """The chooser routed the last auto step to the n-gram source; a fixed k (F3) must not keep
+    that route, which proposes nothing where no n-gram matches."""
+    gen = GenerationSettings(SamplingParams(temperature=0.0), max_tokens=24)
+    pair.update(enabled=True, source="auto", n_draft="auto")
+    pair.drafter.route = "ngram"  # as the chooser leaves it after an n-gram step
+    pair.update(n_draft=4)
+    assert pair.drafter.route is None
+    run = Run(pair.run(user("Name three rivers of Africa and one fact about each."), gen))
+    assert run.steps and all(s.proposed or s.k_reason == "no room" for s in run.steps), [
+        (s.k_reason, s.draft_source) for s in run.steps
+    ]
+    assert {s.draft_source for s in run.steps if s.proposed} >= {"model"}

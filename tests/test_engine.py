@@ -517,3 +517,60 @@ def test_a_failed_target_prefill_records_nothing(spec: Speculator, monkeypatch: 
     assert cache.state.tokens == () and cache.ctx.pos_max() == -1  # nothing claimed, nothing held
     monkeypatch.undo()
     assert Run(spec.run(user(PROMPTS[0]), GEN)).finish.reason == "eos"  # usable right after
+
+
+def _armed(real, message: str):
+    """``real`` that raises ``DecodeError(message)`` once ``arm["on"]`` is set."""
+    from skippy_tui.engine.errors import DecodeError
+
+    arm = {"on": False}
+
+    def call(*args, **kwargs):
+        if arm["on"]:
+            raise DecodeError(message)
+        return real(*args, **kwargs)
+
+    return call, arm
+
+
+def test_a_verify_failure_mid_reply_ends_it_with_the_error(
+    spec: Speculator, plain_refs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prompt = PROMPTS[1]
+    failing, arm = _armed(spec.target_cache.ctx.decode, "injected verify failure")
+    monkeypatch.setattr(spec.target_cache.ctx, "decode", failing)
+    events = []
+    for ev in spec.run(user(prompt), GEN):
+        events.append(ev)
+        if ev.type == "step" and ev.index == 1:
+            arm["on"] = True  # the third step's verify decode fails
+    run = Run(events)
+    assert run.finish.reason == "error" and "injected verify failure" in run.finish.error
+    assert len(run.steps) == 2  # the failed step emits no event
+    n = sum(s.n_committed for s in run.steps)
+    assert run.finish.n_tokens == n and run.finish.token_ids == plain_refs[prompt][:n]
+    assert spec.n_past == run.started.n_prompt - 1 + n  # nothing of the failed batch stays cached
+    monkeypatch.undo()
+    assert Run(spec.run(user(prompt), GEN)).finish.token_ids == plain_refs[prompt]  # usable right after
+
+
+def test_a_failed_rollback_after_a_commit_still_reports_the_step(
+    spec: Speculator, plain_refs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prompt = PROMPTS[1]
+    failing, arm = _armed(spec.target_cache.sync, "injected rollback failure")
+    monkeypatch.setattr(spec.target_cache, "sync", failing)
+    events = []
+    for ev in spec.run(user(prompt), GEN):
+        events.append(ev)
+        if ev.type == "step" and ev.index == 1:
+            arm["on"] = True  # the third step verifies and commits, then its KV removal fails
+    run = Run(events)
+    assert run.finish.reason == "error" and "injected rollback failure" in run.finish.error
+    assert len(run.steps) == 3 and run.steps[-1].committed is not None  # the step stands, with its event
+    n = sum(s.n_committed for s in run.steps)
+    assert run.finish.n_tokens == n and run.finish.token_ids == plain_refs[prompt][:n]
+    assert run.finish.n_steps == 3
+    monkeypatch.undo()
+    # the next reply rolls back what this one could not
+    assert Run(spec.run(user(prompt), GEN)).finish.token_ids == plain_refs[prompt]

@@ -55,6 +55,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from statistics import median
+from typing import Protocol
 
 WINDOW = 9
 """Recent measurements kept per cost (their median is the estimate)."""
@@ -302,8 +303,32 @@ def _smoothed(num: Sequence[float], den: Sequence[float], n: int, first_prior: f
     return out
 
 
+class KPolicy(Protocol):
+    """How one draft source's steps choose their proposal length k.
+
+    Satisfied by :class:`FixedK` (``n_draft = K``) and :class:`AdaptiveK`
+    (``n_draft = "auto"``). :class:`SourceChooser` (``source = "auto"``) also
+    chooses the source, so it has its own signature.
+    """
+
+    def choose(self, k_max: int) -> tuple[int, str]:
+        """This step's ``k`` in ``0..k_max`` (``k_max >= 1``: what fits) and why, for the panel."""
+        ...
+
+
+class FixedK:
+    """``n_draft = K``: every step asks for the longest proposal that fits (``k_max``,
+    which the speculator already clamps to K, the context window and ``max_tokens``)."""
+
+    __slots__ = ()
+
+    def choose(self, k_max: int) -> tuple[int, str]:
+        return k_max, "fixed"
+
+
 class AdaptiveK:
-    """A k-policy for :class:`~skippy_tui.engine.speculator.Speculator` (``n_draft = "auto"``).
+    """A :class:`KPolicy` for ``n_draft = "auto"``, and the per-source estimator of
+    :class:`~skippy_tui.engine.speculator.Speculator` (the status bar's verdict).
 
     ``choose(k_max) -> (k, reason)`` and ``observe(...)`` after every step.
     """

@@ -169,6 +169,8 @@ def load_speculator(spec: EngineSpec, progress: Progress = _noop, cancelled: Cal
         raise
     speculator = Speculator(t_model, t_ctx, template, drafter, speculation, t_info, d_info)
     speculator.no_rollback = no_rollback
+    if speculator.n_ctx != spec.target.load.n_ctx:  # llama.cpp pads the KV cache
+        speculator.load_note = f"llama.cpp rounded n_ctx {spec.target.load.n_ctx} to {speculator.n_ctx} tokens"
     if spec.speculation.exact:
         rows, load, cache = probe_rows(spec.speculation.k_limit), spec.target.load, spec.cache_dir
         speculator.exactness_probe = lambda: cached_probe(t_ctx, rows, load, cache)

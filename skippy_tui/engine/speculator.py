@@ -1,18 +1,27 @@
 """The speculative decoding loop: sync, propose, verify, commit — one step at a time.
 
 Each step (Leviathan et al. 2023; Chen et al. 2023; the layout of llama.cpp's
-speculative example):
+speculative example), one named piece each, passing the records of
+:mod:`step` along:
 
-1. bring the draft's KV cache to the committed context (a sync plan);
-2. the draft proposes up to ``k`` tokens ``d1..dk`` after the last committed one;
+0. choose ``k`` (:meth:`Speculator._choose_k` → ``KChoice``): fixed, or by the
+   adaptive policy (:mod:`adaptive`), clamped to what fits;
+1. bring the draft's KV cache to the committed context, a sync plan
+   (:meth:`Speculator._sync_draft` → ``Synced``);
+2. the draft proposes up to ``k`` tokens ``d1..dk`` after the last committed
+   one (:meth:`Speculator._propose` → ``Proposed``);
 3. the target decodes one batch ``[last, d1..dk]`` with logits at all ``k + 1``
-   rows;
-4. the proposal is verified by the reply's rule (:mod:`verify`): greedy, the
-   coupled sampler (the default: the reply equals plain sampling with the same
-   seed) or rejection sampling; the target's token after the accepted prefix
-   is committed (correction or bonus);
-5. the committed tokens are checked one by one for EOS/EOT, stop strings and
-   max tokens, and rejected positions are removed from the target's KV cache.
+   rows, and the proposal is verified by the reply's rule (:mod:`verify`):
+   greedy, the coupled sampler (the default: the reply equals plain sampling
+   with the same seed) or rejection sampling; the target's token after the
+   accepted prefix is the correction or bonus (:meth:`Speculator._verify` →
+   ``Verified``);
+4. the tokens are committed one by one, checked for EOS/EOT, stop strings and
+   max tokens (:meth:`step.Reply.commit` → ``Committed``), and rejected
+   positions are removed from the target's KV cache
+   (:meth:`Speculator._trim_target`);
+5. the step's event is built from the records (:func:`step.step_event`), and
+   the policy that chose ``k`` learns from the step (:meth:`Speculator._learn`).
 
 A step with ``k = 0`` is plain decoding (one target token), so plain and
 speculative generation share every line but the proposal. The loop emits
@@ -22,34 +31,42 @@ immutable events (:mod:`events`); it never prints and never raises a
 
 from __future__ import annotations
 
-import dataclasses
 import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
-from .adaptive import AdaptiveK, SourceChooser, VerifyCosts, best_k
+from .adaptive import AdaptiveK, FixedK, KPolicy, SourceChooser, VerifyCosts, best_k
 from .bounds import ContextCapacity, validate_capacity, validate_prompt_len
 from .chat import ChatTemplate, Message, prompt_tokens
 from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import BoundsError, ContextFullError, SkippyError
-from .events import Event, ReplyFinished, ReplyStarted, StepVerified, SyncInfo, TextSpan, TokenInfo
+from .events import Event, FinishReason, ReplyStarted
 from .gguf_info import ModelInfo
 from .invariance import Invariance
 from .kvcache import KvCache
 from .native import Context, Model
 from .ngram import AutoDrafter, NgramDrafter, build_drafter
-from .sampling import PenaltyWindow, SamplingParams, top_softmax
+from .sampling import PenaltyWindow
 from .settings import GenerationSettings, SpeculationSettings
-from .stats import AcceptanceStats
-from .text import SpanQueue, StopStringMatcher, Utf8Assembler
-from .verify import ReplySampler, Verdict
-
-TOP_K_SHOWN = 5
-NO_SYNC = SyncInfo("none")
+from .step import (
+    NO_SYNC,
+    NOT_SYNCED,
+    NOTHING_PROPOSED,
+    KChoice,
+    Proposed,
+    Reply,
+    Step,
+    Synced,
+    Verified,
+    failed,
+    sampling_dict,
+    step_event,
+)
+from .verify import ReplySampler
 
 
 class Speculator:
@@ -89,11 +106,10 @@ class Speculator:
             self.drafter = build_drafter(self.speculation.source, self.model_drafter, self._ngram)
         # n_draft = "auto" chooses k with an AdaptiveK per draft source (they share verify
         # costs), or with a SourceChooser over the n-gram's and the model's for source = "auto";
-        # the estimator measures every step even with a fixed k (the status bar's verdict)
-        self.k_policy: AdaptiveK | SourceChooser | None = None
-        self.estimator: AdaptiveK | None = None
-        self._step_policy: AdaptiveK | None = None  # the policy that measures the current step
-        self._ngram_offer: list[int] = []  # source = "auto": what the n-gram match offered this step
+        # n_draft = K with FixedK. The estimator measures every step even with a fixed k (the
+        # status bar's verdict); both are set by _install_policy
+        self.k_policy: KPolicy | SourceChooser
+        self.estimator: AdaptiveK
         self._verify_costs = VerifyCosts()
         self._seed_timings: dict[int, float] = {}
         # acceptance differs by draft source and by how tokens are chosen (greedy,
@@ -108,6 +124,8 @@ class Speculator:
         self.exactness_probe: Callable[[], Invariance] | None = None
         # why speculation must stay off (a recurrent/hybrid model cannot roll back), or ""
         self.no_rollback = ""
+        # what llama.cpp changed in the load settings (it pads n_ctx), said once by the CLI and app, or ""
+        self.load_note = ""
 
     # -- settings that apply from the next step -------------------------------------
 
@@ -147,10 +165,12 @@ class Speculator:
             ngram = self._policy("ngram")
             model = self._policy("model") if self.model_drafter is not None else None
             self.estimator = model or ngram
-            self.k_policy = SourceChooser(model, ngram) if self.speculation.auto else None
+            self.k_policy = SourceChooser(model, ngram) if self.speculation.auto else FixedK()
+            if not self.speculation.auto:  # no chooser routes a fixed k: it drafts as ngram+model
+                self.drafter.route = None  # type: ignore[union-attr]
             return
         self.estimator = self._policy(source)
-        self.k_policy = self.estimator if self.speculation.auto else None
+        self.k_policy = self.estimator if self.speculation.auto else FixedK()
 
     def _policy(self, source: str) -> AdaptiveK:
         key = (source, self._mode)
@@ -208,7 +228,7 @@ class Speculator:
         if not self.speculation.enabled or self.drafter is None:
             return None
         if isinstance(self.k_policy, SourceChooser):
-            plain = self.estimator.rates(0) if self.estimator is not None else None
+            plain = self.estimator.rates(0)
             best = max((r for _, r in self.k_policy.last.values()), default=None)
             return best / plain[0] if best and plain and plain[0] > 0 else None
         k_max = self.speculation.k_max
@@ -270,7 +290,7 @@ class Speculator:
         try:
             tokens = prompt_tokens(self.target, self.template, messages)
         except SkippyError as e:
-            yield _failed(str(e), self.n_past)
+            yield failed(str(e), self.n_past)
             return
         yield from self.generate(tokens, gen, cancel)
 
@@ -304,11 +324,11 @@ class Speculator:
             t2 = time.perf_counter()
             prefill_ms, draft_prefill_ms = (t1 - t0) * 1000, (t2 - t1) * 1000
         except ContextFullError as e:
-            yield _failed(str(e), self.n_past, reason="context_full")
+            yield failed(str(e), self.n_past, reason="context_full")
             return
         except SkippyError as e:
             reason = "cancelled" if cancelled() else "error"
-            yield _failed(str(e) if reason == "error" else "", self.n_past, reason=reason)
+            yield failed(str(e) if reason == "error" else "", self.n_past, reason=reason)
             return
 
         spec = self.speculation
@@ -332,41 +352,35 @@ class Speculator:
         yield from self._loop(context, gen, ReplySampler(params, seed), cancelled, prefill_ms)
 
     def _loop(
-        self, context: list[int], gen: GenerationSettings, sampler: ReplySampler, cancelled, prefill_ms: float
+        self,
+        context: list[int],
+        gen: GenerationSettings,
+        sampler: ReplySampler,
+        cancelled: Callable[[], bool],
+        prefill_ms: float,
     ) -> Iterator[Event]:
-        stats = AcceptanceStats()
-        utf8, stops, spans = Utf8Assembler(), StopStringMatcher(gen.stop), SpanQueue()
-        window = _window(sampler.params, context)
-        seen = gen.sampling
-        token_ids: list[int] = []
-        text: list[str] = []
-        reason: str | None = None
+        """Steps until the reply ends (each yields its ``StepVerified``), then ``ReplyFinished``.
+
+        A step reads: choose k, sync the draft, propose, verify, commit, event;
+        the records between the pieces are those of :mod:`step`.
+        """
+        reply = Reply(context, gen, sampler, self.target)
+        reason: FinishReason | None = None
         error = ""
-        step = 0
+        index = 0
         while reason is None:
-            if cancelled():
-                reason = "cancelled"
-                break
-            n_past = len(context) - 1
-            if n_past + 1 > self.n_ctx:
-                reason = "context_full"
+            reason = self._halted(context, cancelled)
+            if reason is not None:
                 break
             t_step = time.perf_counter()
-            changed = None
-            if gen.sampling is not seen:
-                # a change made mid-reply (F3) applies from this step; the seed stays the reply's
-                seen = gen.sampling
-                wanted = dataclasses.replace(seen, seed=sampler.params.seed)
-                if wanted != sampler.params:
-                    sampler.params = wanted
-                    changed = sampling_dict(wanted, sampler.seed)
-                    window = _window(wanted, context)
-            mode = "greedy" if sampler.params.greedy else sampler.params.sampler
-            if mode != self._mode:
-                self._mode = mode
-                self._install_policy()
+            changed = reply.follow()
+            self._follow_mode(sampler)
+            n_past = len(context) - 1
             try:
-                block = self._speculate(context, gen.max_tokens - len(token_ids), sampler, window)
+                choice = self._choose_k(context, reply.remaining)
+                synced = self._sync_draft(context, choice.k)
+                proposed = self._propose(context, choice.k, sampler, reply.window)
+                verified = self._verify(context, proposed.proposal, sampler, reply.window)
             except ContextFullError as e:
                 reason, error = "context_full", str(e)
                 break
@@ -374,133 +388,50 @@ class Speculator:
                 reason = "cancelled" if cancelled() else "error"
                 error = "" if reason == "cancelled" else str(e)
                 break
-
-            proposal, n_acc = block.proposal, block.verdict.n_accepted
-            new_tokens = [*proposal.tokens[:n_acc], block.verdict.committed]
-            origins = ["draft"] * n_acc + ["target"]
-            delta: list[tuple[str, str]] = []
-            n_used = 0
-            for tok, origin in zip(new_tokens, origins):
-                if self.target.is_eog(tok):
-                    reason = "eos"
-                    break
-                context.append(tok)
-                token_ids.append(tok)
-                if window is not None:
-                    window.push(tok)
-                n_used += 1
-                piece = utf8.feed(self.target.piece(tok))
-                spans.push(piece, origin)
-                released, hit = stops.push(piece)
-                delta += spans.take(len(released))
-                if hit:
-                    reason = "stop"
-                    break
-                if len(token_ids) >= gen.max_tokens:
-                    reason = "max_tokens"
-                    break
-            # tokens looked at: the used ones and an EOS; a reply that ended inside the
-            # accepted drafts never reached the target's own token
-            reached = n_used + (reason == "eos") > n_acc
+            committed = reply.commit(proposed.proposal, verified.verdict)
             t_commit = time.perf_counter()
-            try:
-                # drop rejected (and post-stop) positions now: the cache holds only committed tokens
-                self.target_cache.sync(context, epoch=self._epoch)
-            except SkippyError as e:
-                reason, error = "error", str(e)
-            text += [s for s, _ in delta]
-            event = self._step_event(step, n_past, block, reached, delta, changed)
+            if trim_error := self._trim_target(context):
+                committed, error = replace(committed, reason="error"), trim_error  # the step stands; the reply ends
+            step = Step(choice, synced, proposed, verified, committed)
+            event = step_event(step, index, (n_past, self.n_past), self.target, changed)
             # the step's time includes building its event (the panel's top-k lists)
             t_end = time.perf_counter()
-            step_ms = (t_end - t_step) * 1000
             # a rejection costs the target's KV removal and the panel's top-k lists: charged to
             # the steps that reject (auto's cost model), not smeared over plain steps
-            rollback_ms = (t_end - t_commit) * 1000 if n_acc < len(proposal.tokens) else 0.0
-            stats.add_step(
-                len(proposal.tokens), n_acc, n_used,
-                step_ms=step_ms, sync_ms=block.sync_ms, draft_ms=block.draft_ms, verify_ms=block.verify_ms,
-            )  # fmt: skip
-            if isinstance(self.k_policy, SourceChooser) and mode != "rejection":
-                # the n-gram's offer, judged against what was committed: free acceptance data
-                proposed_by = block.proposal.source if block.proposal.tokens else "none"
-                self.k_policy.shadow(proposed_by, self._ngram_offer, new_tokens[: n_used + (reason == "eos")])
-            if self._step_policy is not None:
-                self._step_policy.observe(
-                    k=block.k, n_proposed=len(proposal.tokens), n_accepted=n_acc,
-                    sync_ms=block.sync_ms, draft_ms=block.draft_ms, verify_ms=block.verify_ms, step_ms=step_ms,
-                    rollback_ms=rollback_ms,
-                )  # fmt: skip
+            rollback_ms = (t_end - t_commit) * 1000 if step.rejected else 0.0
+            self._learn(reply, step, (t_end - t_step) * 1000, rollback_ms)
             yield event
-            step += 1
+            reason = committed.reason
+            index += 1
+        yield reply.finish(reason, error, prefill_ms, self.n_past)
 
-        tail = ""
-        if reason != "stop":
-            rest = utf8.flush()
-            spans.push(rest, "target")
-            released, _ = stops.push(rest)
-            tail = released + stops.flush()
-        text.append(tail)
-        yield ReplyFinished(
-            reason=reason,  # type: ignore[arg-type]
-            token_ids=tuple(token_ids),
-            text="".join(text),
-            n_tokens=len(token_ids),
-            n_steps=stats.n_steps,
-            n_drafted=stats.n_drafted,
-            n_accepted=stats.n_accepted,
-            acceptance_rate=stats.acceptance_rate,
-            mean_accepted_length=stats.mean_accepted_length,
-            per_position=stats.per_position,
-            tokens_per_second=stats.tokens_per_second,
-            generation_ms=stats.generation_ms,
-            prefill_ms=prefill_ms,
-            n_past=self.n_past,
-            tail=tail,
-            error=error,
-            seed=sampler.seed,
-            dropped_bytes=utf8.dropped,
-        )
+    # -- the pieces of a step, in order -----------------------------------------------
 
-    def _speculate(
-        self, context: list[int], remaining: int, sampler: ReplySampler, window: PenaltyWindow | None
-    ) -> _Block:
-        """Sync the draft, propose, decode the verify batch and verify it (no commit yet).
+    def _halted(self, context: Sequence[int], cancelled: Callable[[], bool]) -> FinishReason | None:
+        """Why no further step can start (``cancelled``, ``context_full``), or None."""
+        if cancelled():
+            return "cancelled"
+        if len(context) > self.n_ctx:  # the last committed token has no slot to be decoded in
+            return "context_full"
+        return None
 
-        Raises:
-            SkippyError: a decode failed (nothing of the verify batch stays cached).
-        """
-        n_past = len(context) - 1
-        k, k_reason = self._choose_k(context, remaining)
-        sync_info, proposal, sync_ms, draft_ms = NO_SYNC, Proposal(), 0.0, 0.0
-        if k > 0:
-            t = time.perf_counter()
-            sync_info = self.drafter.sync(context, self._epoch)  # type: ignore[union-attr]
-            t2 = time.perf_counter()
-            rule = sampler.draft_rule(len(context), window)
-            proposal = self.drafter.propose(context, k, self.speculation.p_min, rule)  # type: ignore[union-attr]
-            t3 = time.perf_counter()
-            sync_ms, draft_ms = (t2 - t) * 1000, (t3 - t2) * 1000
-            if len(proposal.tokens) < max(self.speculation.n_min, 1):
-                proposal = Proposal(rows=proposal.rows)
-        t = time.perf_counter()
-        batch = [context[-1], *proposal.tokens]
-        logits = self._verify_decode(batch, n_past)
-        self.target_cache.state.record_extend(batch)
-        verdict = sampler.verify(proposal.tokens, logits, len(context), window, proposal.dists)
-        verify_ms = (time.perf_counter() - t) * 1000
-        return _Block(k, k_reason, sync_info, proposal, logits, verdict, sync_ms, draft_ms, verify_ms)
+    def _follow_mode(self, sampler: ReplySampler) -> None:
+        """Switch to the k policies of the reply's current sampling mode (greedy, coupled or
+        rejection: acceptance differs by mode), after a mid-reply change."""
+        mode = "greedy" if sampler.params.greedy else sampler.params.sampler
+        if mode != self._mode:
+            self._mode = mode
+            self._install_policy()
 
-    def _choose_k(self, context: Sequence[int], remaining: int) -> tuple[int, str]:
+    def _choose_k(self, context: Sequence[int], remaining: int) -> KChoice:
         """This step's proposal length, clamped so everything fits (0 = plain step).
 
-        Sets :attr:`_step_policy`, the policy that measures the step, and with
-        ``source = "auto"`` routes the drafter to the chosen source.
+        ``remaining``: tokens the reply may still add. With ``source = "auto"`` it
+        also routes the drafter to the chosen source.
         """
         spec = self.speculation
-        self._step_policy = self.estimator
-        self._ngram_offer = []
         if self.drafter is None or not spec.enabled:
-            return 0, "speculation off"
+            return KChoice(0, "speculation off", self.estimator)
         n_past = len(context) - 1
         # the verify batch [last, d1..dk] must fit the target's window; more than
         # remaining - 1 proposals could never all be committed
@@ -509,22 +440,98 @@ class Speculator:
         k_ngram = min(spec.k_max_ngram, fits, self.target_cache.ctx.n_batch - 1)
         k_max = min(k_ngram if self.drafter.source == "ngram" else spec.k_max, fits)
         k_max = min(k_max, self.drafter.room(context))
+        policy, offer = self.estimator, ()
         if isinstance(self.k_policy, SourceChooser):
             drafter: AutoDrafter = self.drafter  # type: ignore[assignment]
-            self._ngram_offer = drafter.available(context, k_ngram, self._epoch) if k_ngram > 0 else []
+            offer = drafter.available(context, k_ngram, self._epoch) if k_ngram > 0 else []
             k_model = max(k_max, 0) if drafter.model is not None else 0
-            source, k, why = self.k_policy.choose(k_model, len(self._ngram_offer))
+            source, k, why = self.k_policy.choose(k_model, len(offer))
             drafter.route = source
-            self._step_policy = self.k_policy.policy(source)
+            policy = self.k_policy.policy(source)
         elif k_max <= 0:
-            return 0, "no room"
-        elif self.k_policy is not None:
-            k, why = self.k_policy.choose(k_max)
+            return KChoice(0, "no room", policy)
         else:
-            k, why = k_max, "fixed"
+            k, why = self.k_policy.choose(k_max)
         if 0 < k < spec.n_min:
-            return 0, f"k={k} below n_min={spec.n_min}"
-        return k, why
+            k, why = 0, f"k={k} below n_min={spec.n_min}"
+        return KChoice(k, why, policy, offer)
+
+    def _sync_draft(self, context: list[int], k: int) -> Synced:
+        """Bring the draft source to ``context`` (the draft's KV cache to ``context[:-1]``)
+        when the step proposes (``k > 0``).
+
+        Raises:
+            SkippyError: a draft decode failed.
+        """
+        if k <= 0:
+            return NOT_SYNCED
+        t = time.perf_counter()
+        info = self.drafter.sync(context, self._epoch)  # type: ignore[union-attr]
+        return Synced(info, (time.perf_counter() - t) * 1000)
+
+    def _propose(self, context: list[int], k: int, sampler: ReplySampler, window: PenaltyWindow | None) -> Proposed:
+        """Up to ``k`` draft tokens after ``context``, picked by the reply's draft rule; a
+        proposal shorter than ``n_min`` (or empty) is dropped, its rows kept for the panel.
+
+        Raises:
+            SkippyError: a draft decode failed.
+        """
+        if k <= 0:
+            return NOTHING_PROPOSED
+        t = time.perf_counter()
+        rule = sampler.draft_rule(len(context), window)
+        proposal = self.drafter.propose(context, k, self.speculation.p_min, rule)  # type: ignore[union-attr]
+        ms = (time.perf_counter() - t) * 1000
+        if len(proposal.tokens) < max(self.speculation.n_min, 1):
+            proposal = Proposal(rows=proposal.rows)
+        return Proposed(proposal, ms)
+
+    def _verify(
+        self, context: list[int], proposal: Proposal, sampler: ReplySampler, window: PenaltyWindow | None
+    ) -> Verified:
+        """Decode the verify batch ``[last, d1..dk]`` on the target and judge the proposal
+        by the reply's rule. The batch stays in the target's KV cache (the commit trims it).
+
+        Raises:
+            SkippyError: the decode failed (nothing of the batch stays cached).
+        """
+        t = time.perf_counter()
+        batch = [context[-1], *proposal.tokens]
+        logits = self._verify_decode(batch, len(context) - 1)
+        self.target_cache.state.record_extend(batch)
+        verdict = sampler.verify(proposal.tokens, logits, len(context), window, proposal.dists)
+        return Verified(logits, verdict, (time.perf_counter() - t) * 1000)
+
+    def _trim_target(self, context: list[int]) -> str:
+        """Drop rejected (and post-stop) positions from the target's KV cache, so it holds
+        only committed tokens; the error's message if that failed, else ``""``."""
+        try:
+            self.target_cache.sync(context, epoch=self._epoch)
+        except SkippyError as e:
+            return str(e)
+        return ""
+
+    def _learn(self, reply: Reply, step: Step, step_ms: float, rollback_ms: float) -> None:
+        """Add the finished step to the reply's totals and to what the k policies measure.
+
+        ``step_ms``: the whole step, its event included; ``rollback_ms``: the part a
+        rejection added (0 when nothing was rejected).
+        """
+        synced, proposed, verified, committed = step.synced, step.proposed, step.verified, step.committed
+        n_proposed = step.n_proposed
+        reply.stats.add_step(
+            n_proposed, committed.n_accepted, committed.n_used,
+            step_ms=step_ms, sync_ms=synced.ms, draft_ms=proposed.ms, verify_ms=verified.ms,
+        )  # fmt: skip
+        if isinstance(self.k_policy, SourceChooser) and self._mode != "rejection":
+            # the n-gram's offer, judged against what was committed: free acceptance data
+            proposed_by = proposed.proposal.source if n_proposed else "none"
+            self.k_policy.shadow(proposed_by, step.choice.ngram_offer, committed.tokens[: committed.n_looked])
+        step.choice.policy.observe(
+            k=step.choice.k, n_proposed=n_proposed, n_accepted=committed.n_accepted,
+            sync_ms=synced.ms, draft_ms=proposed.ms, verify_ms=verified.ms, step_ms=step_ms,
+            rollback_ms=rollback_ms,
+        )  # fmt: skip
 
     def _verify_decode(self, batch: list[int], n_past: int) -> np.ndarray:
         """Target logits at every row of ``[last, d1..dk]``, in chunks of ``verify_rows``.
@@ -545,89 +552,3 @@ class Speculator:
             ctx.remove_from(n_past)
             raise
         return np.concatenate(parts)
-
-    def _step_event(
-        self, step: int, n_past: int, b: _Block, reached: bool, delta: list[tuple[str, str]], sampling: dict | None
-    ) -> StepVerified:
-        tt = self.target.token_text
-        proposal, n_acc = b.proposal, b.verdict.n_accepted
-        committed = b.verdict.committed if reached else None
-        proposed = tuple(TokenInfo(t, tt(t), p) for t, p in zip(proposal.tokens, proposal.probs))
-        target_top: tuple[TokenInfo, ...] = ()
-        draft_top: tuple[TokenInfo, ...] = ()
-        if n_acc < len(proposal.tokens):
-            target_top = tuple(TokenInfo(i, tt(i), p) for i, p in top_softmax(b.logits[n_acc], TOP_K_SHOWN))
-            if n_acc < len(proposal.rows):
-                draft_top = tuple(TokenInfo(i, tt(i), p) for i, p in top_softmax(proposal.rows[n_acc], TOP_K_SHOWN))
-        kind = "plain" if not proposal.tokens else ("bonus" if n_acc == len(proposal.tokens) else "correction")
-        if committed is None:
-            kind = "none"
-        return StepVerified(
-            index=step,
-            n_past_before=n_past,
-            n_past_after=self.n_past,
-            k=b.k,
-            sync=b.sync,
-            proposed=proposed,
-            n_accepted=n_acc,
-            committed=TokenInfo(committed, tt(committed)) if committed is not None else None,
-            commit_kind=kind,  # type: ignore[arg-type]
-            target_top=target_top,
-            draft_top=draft_top,
-            sync_ms=b.sync_ms,
-            draft_ms=b.draft_ms,
-            verify_ms=b.verify_ms,
-            delta=tuple(TextSpan(s, o) for s, o in delta),  # type: ignore[arg-type]
-            k_reason=b.k_reason,
-            draft_source=proposal.source if proposal.tokens else "",
-            p_target=b.verdict.p_target,
-            sampling=sampling,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class _Block:
-    """One step before its commit: what was proposed, the target's rows, the verdict, the timings (ms)."""
-
-    k: int
-    k_reason: str
-    sync: SyncInfo
-    proposal: Proposal
-    logits: np.ndarray
-    verdict: Verdict
-    sync_ms: float
-    draft_ms: float
-    verify_ms: float
-
-
-def sampling_dict(params: SamplingParams, seed: int) -> dict[str, object]:
-    """The sampling settings as events record them, with the reply's resolved seed."""
-    out: dict[str, object] = {f.name: getattr(params, f.name) for f in dataclasses.fields(params)}
-    out["seed"] = seed
-    out["seed_fixed"] = params.seed is not None
-    return out
-
-
-def _window(params: SamplingParams, context: Sequence[int]) -> PenaltyWindow | None:
-    """The penalty history of ``context``, or None when the penalties are off."""
-    return PenaltyWindow(params.repeat_last_n, context) if params.penalised else None
-
-
-def _failed(message: str, n_past: int, reason: str = "error") -> ReplyFinished:
-    return ReplyFinished(
-        reason=reason,  # type: ignore[arg-type]
-        token_ids=(),
-        text="",
-        n_tokens=0,
-        n_steps=0,
-        n_drafted=0,
-        n_accepted=0,
-        acceptance_rate=0.0,
-        mean_accepted_length=0.0,
-        per_position=(),
-        tokens_per_second=0.0,
-        generation_ms=0.0,
-        prefill_ms=0.0,
-        n_past=n_past,
-        error=message,
-    )

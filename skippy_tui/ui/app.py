@@ -1,123 +1,99 @@
-"""The Textual app: chat pane, speculation panel, status bar, actions.
+"""The Textual app: its widgets, keys and state, and the wiring of the jobs it is made of.
 
-Flow: a thread worker loads the models, another runs :meth:`Speculator.run`
-and posts every event as an :class:`EngineEvent` message. Steps queue up in
-``_pending`` and a 20 Hz timer applies them in one batch (Markdown stream,
-stats, status), so a fast backend never floods the UI; text is never dropped.
-Timeline rows follow at 4 Hz: every added row re-renders all visible rows of a
-DataTable, which on 2 cores took CPU from the decoding threads.
-``ReplyFinished`` flushes both queues first, then ends the reply.
-Esc sets the reply's cancel event (the engine checks it between steps); quit
-sets it, aborts a native decode in flight, and exits.
+Each job is a mixin in its own module, which says what it owns and relies on:
+
+- ``generation.py``: send, the generate worker, engine events into the widgets, stop / regenerate / edit;
+- ``loading.py``: F5 and the picker's switch (F8), their workers and the load error dialog;
+- ``files.py``: save / open transcripts, the chat history, asking before a chat is dropped;
+- ``replies.py``: the chat filled from the transcript, which reply the panel shows, copying;
+- ``tuning.py``: system prompt (F2), tune (F3), speculation on/off (F4);
+- ``layout.py``: where the panel goes (F6); ``status.py``: the status bar.
+
+This module keeps what ties them together: compose and mount, the bindings and which
+apply now, the message handlers (each handed to its job), quit, and the few actions
+that belong to no job. Quit sets the reply's cancel event, aborts a native decode in
+flight, stops a load, and exits.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import threading
-import time
+import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rich.cells import cell_len
-from textual import on, work
+from textual import events, on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.command import CommandPalette
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Label, ProgressBar, Static
+from textual.widgets import Footer, Input, Label, ProgressBar, TextArea
 from textual.worker import Worker, WorkerState
 
-from ..config import Config, ConfigError, config_path, data_dir
-from ..engine.errors import SkippyError
-from ..engine.events import ReplyFinished, ReplyStarted, StepVerified
+from ..config import Config, ConfigError
 from ..engine.sampling import SamplingParams
 from ..engine.settings import GenerationSettings
 from ..engine.stats import AcceptanceStats
-from ..transcript import (
-    Entry,
-    Transcript,
-    TranscriptError,
-    count,
-    new_transcript_path,
-    reply_stats,
-    sampling_label,
-    versions,
-)
-from .chat import AssistantMessage, ChatView, MessageWidget, SystemNote, UserMessage, Welcome
+from ..transcript import Transcript
+from .chat import AssistantMessage, ChatView
 from .commands import SkippyCommands
-from .messages import EngineEvent, LoadProgress
+from .confirm import DISCARD, ConfirmDiscardScreen
+from .files import FilesMixin
+from .generation import FLUSH_HZ, GenerationMixin
+from .help import HelpScreen
+from .layout import LayoutMixin, MainArea
+from .loading import LoadingMixin
 from .panel import SpeculationPanel
-from .prompt import HINT, PromptInput
-from .render import short_name
-from .screens import ErrorScreen, InspectorScreen, OpenTranscriptScreen, SystemPromptScreen, TuneScreen, how_to_fix
+from .prompt import PromptInput
+from .replies import ReplyViewMixin
+from .status import StatusBar, StatusMixin
 from .themes import UiState, load_themes
+from .tuning import TuningMixin
 
-FLUSH_HZ = 20
-PANEL_HZ = 4
-STATUS_NAME_WIDTHS = (28, 22, 16, 12, 8)  # model name widths the status bar tries, widest first
 # the app's own actions: off while a dialog (not the command palette) is open
 CHAT_ACTIONS = frozenset(
     {"stop", "new_chat", "regenerate", "edit_last", "system_prompt", "tune", "toggle_speculation"}
     | {"load_models", "toggle_origin", "save", "change_theme", "open_transcript"}
+    | {"help", "show_reply", "copy_reply", "copy_code"}
+    | {"choose_models"}
 )
-WELCOME = (
-    "Type a message below and press Enter. Replies stream here; the panel on the right shows every "
-    "speculation step: the draft's proposal, what the target accepted, and the token it added. "
-    "Select a step (Tab to the panel, then Enter) to inspect it. Ctrl+P lists every command."
-)
+CHAT_ACTIONS |= {"history"}  # issue 10: the chat history screen
+# what each app key does, for the help screen (F1); a binding's short description when missing
+KEY_HELP = {
+    "stop": "stop the reply (within one step); cancel an edit; close the keys panel",
+    "new_chat": "new chat (the KV caches start empty)",
+    "regenerate": "generate the last reply again (the KV caches roll back)",
+    "edit_last": "put your last message back in the input; enter resends it",
+    "system_prompt": "system prompt",
+    "tune": "speculation and sampling settings: n_draft, p_min, temperature, top_k/p, min_p, seed, …",
+    "toggle_speculation": "speculation on / off",
+    "load_models": "load the models (into a replayed transcript, to continue it)",
+    "choose_models": "choose the target and draft from the model library; the conversation stays",
+    "toggle_origin": "colour replies by origin: accepted draft tokens vs target tokens",
+    "save": "save the transcript (Markdown + JSON)",
+    "change_theme": "theme",
+    "history": "chat history: every chat, saved after each reply; open, rename, delete",
+    "help": "this help",
+    "show_reply(-1)": "show the previous reply's steps in the panel",
+    "show_reply(1)": "show the next reply's steps in the panel",
+    "copy_reply": "copy the reply the panel shows to the clipboard",
+    "copy_code": "copy a code block of that reply (a list to pick from when it has several)",
+    "quit": "quit (also mid-reply)",
+}
 
 
-class LiveGeneration:
-    """:class:`GenerationSettings` whose sampling is read afresh at every step.
-
-    The engine reads ``gen.sampling`` each time it verifies a step, so handing it
-    this object makes a sampling change (F3) apply from the next step, as
-    ``Speculator.update`` does for n_draft and p_min. The seed is the one the
-    reply started with: a new seed applies from the next reply, so setting it
-    mid-reply is no change for this one (the engine would record it as one).
-    Length and stop strings stay fixed for the reply.
-    """
-
-    def __init__(self, base: GenerationSettings, app: SkippyApp) -> None:
-        self.max_tokens = base.max_tokens
-        self.stop = base.stop
-        self._app = app
-        self._seed = app.sampling.seed
-        self._seen = self._pinned = app.sampling
-
-    @property
-    def sampling(self) -> SamplingParams:
-        live = self._app.sampling
-        if live is not self._seen:  # changed by F3: build the pinned copy once per change
-            pinned = live if live.seed == self._seed else dataclasses.replace(live, seed=self._seed)
-            self._seen, self._pinned = live, pinned
-        return self._pinned
-
-
-def tune_notice(values: dict[str, Any], before: SamplingParams) -> str:
-    """What F3 set, and from when: everything from the next step, a new seed from the next reply."""
-    s: SamplingParams = values["sampling"]
-    text = f"n_draft={values['n_draft']} p_min={values['p_min']:g} · {sampling_label(dataclasses.asdict(s))}"
-    text += " from the next step."
-    if s.seed != before.seed:
-        text += f" Seed {'random' if s.seed is None else s.seed} from the next reply."
-    return text
-
-
-class StatusBar(Static):
-    """Models, backend, context used, tokens/s, speculation state."""
-
-
-class SkippyApp(App[None]):
+class SkippyApp(
+    GenerationMixin, LoadingMixin, FilesMixin, ReplyViewMixin, TuningMixin, LayoutMixin, StatusMixin, App[None]
+):
     """skippy-tui: chat through speculative decoding and watch each step."""
 
     CSS_PATH = "app.tcss"
     TITLE = "skippy-tui"
     COMMANDS: ClassVar = App.COMMANDS | {SkippyCommands}
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("f1", "help", "Help"),  # first: the footer shows what fits, and this one leads to the rest
         Binding("escape", "stop", "Stop"),
         Binding("ctrl+n", "new_chat", "New"),
         Binding("ctrl+r", "regenerate", "Regenerate"),
@@ -126,9 +102,16 @@ class SkippyApp(App[None]):
         Binding("f3", "tune", "Tune"),
         Binding("f4", "toggle_speculation", "Spec on/off"),
         Binding("f5", "load_models", "Load models"),
+        Binding("f8", "choose_models", "Models"),  # F6 is the panel's, F7 the input's select-all
         Binding("ctrl+o", "toggle_origin", "Origins"),
         Binding("ctrl+s", "save", "Save"),
         Binding("ctrl+t", "change_theme", "Theme"),
+        Binding("f9", "history", "History", show=False),  # off the footer: F1 and the palette list it
+        Binding("alt+up", "show_reply(-1)", "Previous reply", show=False),
+        Binding("alt+down", "show_reply(1)", "Next reply", show=False),
+        Binding("alt+c", "copy_reply", "Copy reply", show=False),
+        Binding("alt+k", "copy_code", "Copy code block", show=False),
+        Binding("f6", "toggle_panel", "Panel", priority=True),  # over the input's own F6 (select line)
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
     ]
@@ -143,7 +126,10 @@ class SkippyApp(App[None]):
         load_models: bool = True,
         config_error: BaseException | None = None,
         yield_cpu: bool = False,
+        reload_config: Callable[[], Config] | None = None,
     ) -> None:
+        """``reload_config`` reads the config again as the launcher did (file, then flags;
+        raises ConfigError): loading (F5) calls it, so a fixed or edited file takes effect."""
         super().__init__()
         # lower the UI's threads below the engine's (ui/priority.py); the launcher asks for it
         self._yield_cpu = yield_cpu
@@ -155,7 +141,6 @@ class SkippyApp(App[None]):
         self.replay = transcript is not None and speculator is None and not load_models
         self._want_load = load_models and speculator is None and config_error is None
         self._config_error = config_error
-        self.loading = False
         self.state = UiState.load()
         self.sampling = SamplingParams()
         self.generation = GenerationSettings()
@@ -165,31 +150,25 @@ class SkippyApp(App[None]):
         except ConfigError as e:
             self._config_error = self._config_error or e
             self._want_load = False
+        self._reload_config = reload_config
+        # as read, to tell what F3/F4 changed in this session from what the file says
+        self._config_read = copy.deepcopy(config.values)
+        self._sampling_read = self.sampling
         self.session_stats = AcceptanceStats()
         self.color_origin = bool(config.get("ui", "color_origin"))
-        # the reply in flight
-        self.generating = False
-        self._reply_id = 0
-        self._cancel = threading.Event()
-        self._load_cancel = threading.Event()  # quit during a load stops it (else exit waits for it)
-        self._load_asked_n_ctx = 0
-        self._current: AssistantMessage | None = None
-        self._current_entry: Entry | None = None
-        self._live_stats = AcceptanceStats()
-        self._pending: list[StepVerified] = []
-        self._panel_pending: list[StepVerified] = []
-        self._panel_at = 0.0  # time.monotonic() of the last timeline update
-        self._forget_next = False
-        self._editing: int | None = None  # entry index of the user message being edited
-        self._shown: AssistantMessage | None = None  # reply shown in the panel
         self._n_past = 0
         self._n_ctx = 0
         self._theme_errors: list[str] = []
+        self._init_reply_view()
+        self._init_generation()
+        self._init_loading()
+        self._init_layout()
+        self._init_files()
 
-    # -- layout -------------------------------------------------------------------------
+    # -- widgets, mount, keys ----------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        with Horizontal(id="main"):
+        with MainArea(id="main"):
             with Vertical(id="chat-column"):
                 with Horizontal(id="loading"):
                     yield Label("", id="loading-label")
@@ -230,7 +209,7 @@ class SkippyApp(App[None]):
             self.notify("\n".join(self._theme_errors), title="Skipped theme files", severity="warning", timeout=10)
         self.query_one("#loading").display = False
         await self._show_transcript()
-        self.set_interval(1 / FLUSH_HZ, self._flush)
+        self.set_interval(1 / FLUSH_HZ, self._flush_steps)
         self.prompt.focus()
         if self.speculator is not None:
             self._loaded(self.speculator)
@@ -255,520 +234,98 @@ class SkippyApp(App[None]):
                 yield cmd
 
     def key_for(self, action: str) -> str:
-        for b in self.BINDINGS:
-            if isinstance(b, Binding) and b.action == action and b.show:
-                return self.get_key_display(b)
+        """The key that runs ``action`` (``"tune('seed')"`` falls back to the key of ``tune``), or ""."""
+        name = action.split("(")[0]
+        for wanted in (action, name):
+            for b in self.BINDINGS:
+                if isinstance(b, Binding) and b.action == wanted:
+                    return self.get_key_display(b)
         return ""
+
+    def key_help(self) -> list[tuple[str, str]]:
+        """(keys, what they do) for every app binding, in binding order, one row per action."""
+        rows: dict[str, list[str]] = {}
+        for b in self.BINDINGS:
+            if isinstance(b, Binding):
+                keys = [k.replace("escape", "esc").replace("up", "↑").replace("down", "↓") for k in b.key.split(",")]
+                rows.setdefault(b.action, []).extend(keys)
+        descriptions = {b.action: b.description for b in self.BINDINGS if isinstance(b, Binding)}
+        return [(" / ".join(keys), KEY_HELP.get(action, descriptions[action].lower())) for action, keys in rows.items()]
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         screen = self.screen
         if action in CHAT_ACTIONS and isinstance(screen, ModalScreen) and not isinstance(screen, CommandPalette):
             return False  # a dialog is open: its own keys apply (ctrl+s saves the system prompt there)
         if action == "load_models":
-            return self.speculator is None and not self.loading
+            return self.speculator is None and not self.loading and self.switching is None
         if action == "stop":
             return True
         if action in ("regenerate", "edit_last", "new_chat") and self.generating:
             return None
         return True
 
-    # -- loading ------------------------------------------------------------------------
+    def on_resize(self) -> None:
+        if self.query(StatusBar):  # a resize can come before the layout is composed
+            self._update_status()
 
-    def action_load_models(self) -> None:
-        if self.speculator is not None or self.loading:
-            return
-        try:
-            spec = self.config.engine_spec()
-        except ConfigError as e:
-            self._show_error("The config has a problem", e)
-            return
-        self.loading = True
-        self.query_one("#loading").display = True
-        self.query_one("#loading-label", Label).update("checking models…")
-        self.refresh_bindings()
-        self._load_cancel = threading.Event()
-        self._load_asked_n_ctx = spec.target.load.n_ctx
-        self._load(spec, self._load_cancel)
+    # -- messages, each handed to the job that handles it --------------------------------------
+    # (an @on handler must sit on the App class itself: Textual collects them per message pump
+    # class, and never from a plain mixin)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="load", name="load")
-    def _load(self, spec: Any, cancel: threading.Event) -> Any:
-        from ..engine.loader import load_speculator
+    @on(PromptInput.Submitted)
+    async def _submitted(self, event: PromptInput.Submitted) -> None:
+        await self._send(event.text)
 
-        return load_speculator(spec, lambda stage, f: self.post_message(LoadProgress(stage, f)), cancel.is_set)
+    @on(AssistantMessage.Selected)
+    def _select_reply(self, event: AssistantMessage.Selected) -> None:
+        self._pick_reply(event.message)
 
-    def on_load_progress(self, msg: LoadProgress) -> None:
-        if not self.loading:
-            return
-        self.query_one("#loading-label", Label).update(msg.stage)
-        self.query_one("#loading-bar", ProgressBar).update(progress=round(msg.fraction * 100))
-
-    def _loaded(self, speculator: Any) -> None:
-        self.speculator = speculator
-        self.loading = False
-        self.replay = False
-        self.query_one("#loading").display = False
-        self._n_ctx = speculator.n_ctx
-        self._n_past = speculator.n_past
-        self._update_status()
-        self.refresh_bindings()
-        if getattr(speculator, "no_rollback", ""):
-            self.notify(
-                speculator.no_rollback.capitalize() + ".", title="Plain decoding", severity="warning", timeout=10
-            )
+    @on(SpeculationPanel.InspectStep)
+    def _inspect(self, event: SpeculationPanel.InspectStep) -> None:
+        self._inspect_step(event.steps, event.index)
 
     @on(Worker.StateChanged)
     async def _worker_changed(self, event: Worker.StateChanged) -> None:
         worker, state = event.worker, event.state
         if worker.group == "load":
-            if state == WorkerState.SUCCESS:
-                self.owns_speculator = True
-                self._loaded(worker.result)
-                self.notify("Models loaded. Type a message and press Enter.", timeout=4)
-                if worker.result.n_ctx != self._load_asked_n_ctx:  # llama.cpp pads the KV cache
-                    self.notify(
-                        f"llama.cpp rounded n_ctx {self._load_asked_n_ctx} to {worker.result.n_ctx} tokens.",
-                        title="Context window",
-                        timeout=8,
-                    )
-                inv = worker.result.invariance
-                if inv is not None and inv.note and worker.result.drafter is not None:
-                    self.notify(inv.note, title="Verification is row by row", severity="warning", timeout=15)
-            elif state in (WorkerState.ERROR, WorkerState.CANCELLED):
-                self.loading = False
-                self.query_one("#loading").display = False
-                self.refresh_bindings()
-                if state == WorkerState.ERROR and not self._load_cancel.is_set():
-                    self._show_error("Could not load the models", worker.error)
-        elif worker.group == "generate" and state == WorkerState.ERROR and self.generating:
-            # an unexpected exception in the engine thread (SkippyErrors arrive as ReplyFinished)
-            error = worker.error
-            await self._flush(final=True)
-            self.generating = False
-            if self._current is not None:
-                await self._current.fail(error)
-            self._current = self._current_entry = None
-            self.notify(f"{type(error).__name__}: {error}", title="Generation failed", severity="error")
-            self.refresh_bindings()
+            self._load_changed(worker, state)
+        elif worker.group == "switch":
+            self._switch_changed(worker, state)
+        elif worker.group == "generate" and state == WorkerState.ERROR:
+            await self._generate_failed(worker)
 
-    def _show_error(self, title: str, error: BaseException | None) -> None:
-        message = str(error) if isinstance(error, SkippyError) else f"{type(error).__name__}: {error}"
-        fix = how_to_fix(error, str(self.config.source or config_path())) if error else ""
-
-        def done(choice: str | None) -> None:
-            if choice == "quit":
-                self.exit(return_code=1)
-
-        self.push_screen(ErrorScreen(title, message, fix), done)
-
-    # -- conversation display -------------------------------------------------------------
-
-    async def _show_transcript(self) -> None:
-        chat = self.chat
-        await chat.remove_children()
-        widgets: list[Any] = []
-        if self.transcript.system_prompt:
-            widgets.append(SystemNote(f"system: {self.transcript.system_prompt}", markup=False))
-        for e in self.transcript.entries:
-            widgets.append(AssistantMessage(e) if e.role == "assistant" else UserMessage(e))
-        if not self.transcript.entries:
-            widgets.append(Welcome(WELCOME, markup=False))
-        if widgets:
-            await chat.mount_all(widgets)
-        self.session_stats = AcceptanceStats()
-        for e in self.transcript.replies():
-            self.session_stats.merge(reply_stats(e.events))
-        self.panel.set_session(self.session_stats)
-        replies = list(chat.query(AssistantMessage))
-        if replies:
-            self._show_in_panel(replies[-1])
-        else:
-            self.panel.show_reply("no reply yet", [], AcceptanceStats())
-        chat.scroll_end(animate=False)
-
-    def _show_in_panel(self, msg: AssistantMessage) -> None:
-        replies = list(self.chat.query(AssistantMessage))
-        n = replies.index(msg) + 1 if msg in replies else len(replies)
-        for r in replies:
-            r.set_class(r is msg, "-shown")
-        self._shown = msg
-        steps = msg.entry.steps
-        title = f"reply {n} of {len(replies)} · {count(len(steps), 'step')}"
-        started = msg.entry.started
-        if started is not None:
-            title += f" · prompt {started.n_prompt} tok · target {started.target_sync.label()}"
-            if started.draft_sync.kind != "none":
-                title += f" · draft {started.draft_sync.label()}"
-        self.panel.show_reply(title, steps, reply_stats(msg.entry.events))
-
-    @on(AssistantMessage.Selected)
-    def _select_reply(self, event: AssistantMessage.Selected) -> None:
-        if event.message is not self._current:
-            self._show_in_panel(event.message)
-
-    @on(SpeculationPanel.InspectStep)
-    def _inspect(self, event: SpeculationPanel.InspectStep) -> None:
-        if event.steps:
-            started = self._shown.entry.started if self._shown is not None else None
-            self.push_screen(InspectorScreen(event.steps, event.index, started))
-
-    def _update_status(self) -> None:
-        bar = self.query_one(StatusBar)
-        width = bar.content_region.width or self.size.width - 2
-        # the bar is one line: model names shrink first, so speculation and sampling stay in view
-        for name_width in STATUS_NAME_WIDTHS:
-            text = " │ ".join(self._status_parts(name_width))
-            if cell_len(text) <= width:
-                break
-        bar.update(text)
-
-    def on_resize(self) -> None:
-        if self.query(StatusBar):  # a resize can come before the layout is composed
-            self._update_status()
-
-    def _status_parts(self, name_width: int) -> list[str]:
-        parts: list[str] = []
-        spec = self.speculator
-        if spec is not None:
-            from ..engine.native_devices import backend_name
-            from ..engine.rpc import remote_label
-
-            t, d = spec.target_info, spec.draft_info
-            parts.append(f"target {short_name(t.name, name_width)} {t.file_type}" if t else "target ?")
-            if d is not None:
-                parts.append(f"draft {short_name(d.name, name_width)} {d.file_type}")
-            else:
-                parts.append(f"draft: {spec.drafter.source}" if spec.drafter is not None else "no draft")
-            parts.append(" + ".join(filter(None, (backend_name(), remote_label(spec)))))  # + RPC0@host:port
-            parts.append(f"ctx {self._n_past}/{self._n_ctx or spec.n_ctx}")
-            tps = self._live_stats.tokens_per_second if self.generating else self._last_tps()
-            parts.append(f"{tps:.1f} tok/s")
-            s = spec.speculation
-            on_ = s.enabled and spec.drafter is not None
-            parts.append(f"spec {'on' if on_ else 'off'}" + (f" k={s.n_draft} p_min={s.p_min:g}" if on_ else ""))
-            if spec.no_rollback:
-                parts[-1] += " (recurrent model)"
-            parts.append(self._sampling_status())
-            verdict = spec.verdict() if on_ else None
-            if verdict is not None:
-                parts.append(f"≈{verdict:.2f}× plain")
-            inv = spec.invariance
-            if on_ and inv is not None:
-                # verify batches longer than inv.rows are split to stay bit-exact
-                rows = "" if inv.rows is None else " ≤1 row" if inv.rows == 1 else f" ≤{inv.rows} rows"
-                parts.append("exact" + rows)
-            elif on_ and s.profile == "fast":
-                # flash attention + repacking, one verify batch: faster, identity approximate
-                parts.append("profile fast")
-            elif on_ and not s.exact:
-                # exact = false: one verify batch, unchecked; same-seed identity is approximate
-                parts.append("not exact")
-        else:
-            models = self.transcript.models
-            if self.replay or models:
-                name = self.transcript_path.name if self.transcript_path else "transcript"
-                parts.append(f"replay {name}")
-                for role in ("target", "draft"):
-                    m = models.get(role)
-                    if m:
-                        parts.append(f"{role} {short_name(m.get('name', '?'), name_width)} {m.get('file_type', '')}")
-                if models.get("backend"):
-                    parts.append(f"recorded on {models['backend']}")
-            parts.append("loading models…" if self.loading else "no models loaded (f5 loads them)")
-        return parts
-
-    def _sampling_status(self) -> str:
-        """The sampler and temperature (``coupled T=0.8``, ``greedy``), a fixed seed, penalties."""
-        s = self.sampling
-        out = s.label()
-        if s.seed is not None:
-            out += f" seed {s.seed}"
-        if s.penalised:
-            out += " +penalties"
-        return out
-
-    def _last_tps(self) -> float:
-        for e in reversed(self.transcript.entries):
-            if e.finish is not None:
-                return e.finish.tokens_per_second
-        return 0.0
-
-    # -- sending and generating -------------------------------------------------------------
-
-    @on(PromptInput.Submitted)
-    async def _submitted(self, event: PromptInput.Submitted) -> None:
-        text = event.text.strip()
-        if not text:
-            return
-        if self.generating:
-            self.notify("A reply is still being generated: wait, or press Esc to stop it.", severity="warning")
-            return
-        if self.speculator is None:
-            hint = "they are still loading" if self.loading else "press F5 to load them"
-            self.notify(f"No models loaded: {hint}.", severity="warning")
-            return
-        if self._editing is not None:
-            await self._truncate(self._editing)
-            self._end_edit()
-        self.prompt.remember(text)
-        self.state.history = self.prompt.recall_list
-        self.state.save()
-        self.prompt.clear()
-        for w in self.chat.query(Welcome):
-            await w.remove()
-        entry = Entry("user", text)
-        self.transcript.entries.append(entry)
-        await self.chat.mount(UserMessage(entry))
-        await self._start_reply()
-
-    async def _start_reply(self) -> None:
-        messages = self.transcript.engine_messages()
-        entry = Entry("assistant", "")
-        msg = AssistantMessage(entry)
-        await self.chat.mount(msg)
-        self.chat.anchor()
-        self.chat.scroll_end(animate=False)
-        msg.start_stream()
-        self._current, self._current_entry = msg, entry
-        self._live_stats = AcceptanceStats()
-        self._pending, self._panel_pending = [], []
-        self._cancel = threading.Event()
-        self._reply_id += 1
-        self.generating = True
-        replies = list(self.chat.query(AssistantMessage))
-        for r in replies:
-            r.set_class(r is msg, "-shown")
-        self._shown = msg
-        self.panel.show_reply(f"reply {len(replies)} of {len(replies)} · generating…", [], self._live_stats)
-        self.refresh_bindings()
-        forget, self._forget_next = self._forget_next, False
-        self._generate(self._reply_id, messages, LiveGeneration(self.generation, self), self._cancel, forget)
-        self._update_status()
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="generate", name="generate")
-    def _generate(
-        self, reply_id: int, messages: list[dict[str, str]], gen: Any, cancel: threading.Event, forget: bool
-    ) -> None:
-        spec = self.speculator
-        if forget:
-            spec.forget()
-        for ev in spec.run(messages, gen, cancel):
-            self.post_message(EngineEvent(reply_id, ev))
-
-    async def on_engine_event(self, msg: EngineEvent) -> None:
-        if msg.reply_id != self._reply_id or self._current_entry is None:
-            return
-        ev = msg.event
-        if isinstance(ev, StepVerified):
-            self._pending.append(ev)
-        elif isinstance(ev, ReplyStarted):
-            self._current_entry.events.append(ev)
-            self._n_ctx = ev.n_ctx
-            self._n_past = ev.n_prompt
-            self.panel.set_title(
-                f"reply {len(self.chat.query(AssistantMessage))} · prompt {ev.n_prompt} tok · "
-                f"target {ev.target_sync.label()} · prefill {ev.prefill_ms:.0f} ms"
-                + (f" · draft {ev.draft_sync.label()}" if ev.draft_sync.kind != "none" else "")
-            )
-            self._update_status()
-        elif isinstance(ev, ReplyFinished):
-            await self._flush(final=True)
-            await self._finish_reply(ev)
-
-    async def _flush(self, final: bool = False) -> None:
-        """Apply queued steps in one batch (20 Hz timer, and before a reply ends)."""
-        if self._current is None or self._current_entry is None:
-            return
-        if self._pending:
-            steps, self._pending = self._pending, []
-            self._current_entry.events.extend(steps)
-            for st in steps:
-                self._live_stats.add_step(
-                    len(st.proposed), st.n_accepted, st.n_committed,
-                    step_ms=st.sync_ms + st.draft_ms + st.verify_ms,
-                )  # fmt: skip
-            self._n_past = steps[-1].n_past_after
-            await self._current.append([s for st in steps for s in st.delta])
-            self._panel_pending += steps
-            self._update_status()
-        if self._panel_pending and (final or time.monotonic() - self._panel_at >= 1 / PANEL_HZ):
-            steps, self._panel_pending = self._panel_pending, []
-            self._panel_at = time.monotonic()
-            if self._shown is self._current:
-                self.panel.add_steps(steps, self._live_stats)
-
-    async def _finish_reply(self, fin: ReplyFinished) -> None:
-        msg, entry = self._current, self._current_entry
-        assert msg is not None and entry is not None
-        entry.events.append(fin)
-        entry.content = fin.text
-        self._n_past = fin.n_past
-        await msg.finish(fin, fin.text)
-        self.generating = False
-        self._current = self._current_entry = None
-        if fin.text or fin.reason not in ("error", "cancelled"):
-            self.transcript.entries.append(entry)
-            stats = reply_stats(entry.events)
-            self.session_stats.merge(stats)
-            self.panel.set_session(self.session_stats)
-            if self._shown is msg:
-                self._show_in_panel(msg)
-        else:
-            await msg.remove()
-        if fin.reason == "error":
-            from ..engine.rpc import speculator_lost
-
-            if speculator_lost(self.speculator):  # its RPC server is gone: F5 loads again once it is back
-                self.speculator = None
-            self.notify(fin.error or "generation failed", title="Generation failed", severity="error", timeout=10)
-        elif fin.reason == "cancelled":
-            self.notify("Stopped.", timeout=2)
-        elif fin.reason == "context_full":
-            self.notify(fin.error or "The context window is full: start a new chat (ctrl+n).", severity="warning")
-        self.refresh_bindings()
-        self._update_status()
-        if self.config.get("ui", "autosave") and entry in self.transcript.entries:
-            self.action_save(quiet=True)
-
-    # -- actions ---------------------------------------------------------------------------
-
-    def action_stop(self) -> None:
-        if self.generating:
-            self._cancel.set()
-        elif self._editing is not None:
-            self._end_edit()
-            self.prompt.clear()
+    # -- quit, help, and the actions of no one job ----------------------------------------------
 
     async def action_quit(self) -> None:
+        screen = self.screen
+        if isinstance(screen, ConfirmDiscardScreen) and screen.action_name == "Quit":
+            screen.dismiss(DISCARD)  # ctrl+q twice: quit without saving
+            return
+        await self._unless_kept("Quit", self._quit_now)
+
+    def _quit_now(self) -> None:
         self._cancel.set()
         self._load_cancel.set()
         if self.generating and self.speculator is not None:
             self.speculator.abort()
+        if self._switched is not None:  # loaded by the picker, never used
+            self._switched.close()
+            self._switched = None
         self.exit(return_code=0)
 
-    def _busy(self) -> bool:
-        if self.generating:
-            self.notify("Stop the reply first (Esc).", severity="warning")
-            return True
-        return False
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
 
-    async def _truncate(self, index: int) -> None:
-        """Drop entries ``index..`` and their widgets."""
-        dropped = self.transcript.entries[index:]
-        del self.transcript.entries[index:]
-        ids = {id(e) for e in dropped}
-        for w in list(self.chat.query(MessageWidget)):
-            if id(w.entry) in ids:
-                await w.remove()
-
-    async def action_new_chat(self) -> None:
-        if self._busy():
+    def on_key(self, event: events.Key) -> None:
+        """A character typed while the chat or the panel has the focus goes to the input, not nowhere."""
+        if not (event.is_printable and event.character) or self.screen is not self.screen_stack[0]:
             return
-        self.transcript = Transcript(system_prompt=self.transcript.system_prompt)
-        self.transcript_path = None
-        self._forget_next = True
-        self._end_edit()
-        session = self.session_stats
-        await self._show_transcript()
-        self.session_stats = session  # the session spans chats
-        self.panel.set_session(session)
-        self._n_past = 0
-        self._update_status()
+        focused = self.focused
+        if focused is None or isinstance(focused, (TextArea, Input)) or not self.prompt.display:
+            return
+        event.stop()
         self.prompt.focus()
-
-    async def action_regenerate(self) -> None:
-        if self._busy():
-            return
-        if self.speculator is None:
-            self.notify("No models loaded: press F5 to load them.", severity="warning")
-            return
-        entries = self.transcript.entries
-        if not entries:
-            self.notify("Nothing to regenerate yet.")
-            return
-        if entries[-1].role == "assistant":
-            await self._truncate(len(entries) - 1)
-        if not entries or entries[-1].role != "user":
-            self.notify("Nothing to regenerate yet.")
-            return
-        await self._start_reply()
-
-    def action_edit_last(self) -> None:
-        if self._busy():
-            return
-        idx = next((i for i in range(len(self.transcript.entries) - 1, -1, -1)
-                    if self.transcript.entries[i].role == "user"), None)  # fmt: skip
-        if idx is None:
-            self.notify("No message to edit yet.")
-            return
-        self._editing = idx
-        prompt = self.prompt
-        prompt.load_text(self.transcript.entries[idx].content)
-        prompt.move_cursor(prompt.document.end)
-        prompt.border_title = "editing your last message"
-        prompt.border_subtitle = "enter resends (the reply after it is replaced) · esc cancels"
-        prompt.add_class("-editing")
-        prompt.focus()
-
-    def _end_edit(self) -> None:
-        self._editing = None
-        prompt = self.prompt
-        prompt.border_title = "message"
-        prompt.border_subtitle = HINT
-        prompt.remove_class("-editing")
-
-    def action_system_prompt(self) -> None:
-        async def done(text: str | None) -> None:
-            if text is None or text == self.transcript.system_prompt:
-                return
-            self.transcript.system_prompt = text
-            for note in self.chat.query(SystemNote):
-                await note.remove()
-            if text:
-                children = self.chat.children
-                note = SystemNote(f"system: {text}", markup=False)
-                await self.chat.mount(note, before=children[0] if children else None)
-            self.notify("System prompt set: it applies from the next reply.", timeout=3)
-
-        self.push_screen(SystemPromptScreen(self.transcript.system_prompt), done)
-
-    def action_toggle_speculation(self) -> None:
-        spec = self.speculator
-        if spec is None:
-            enabled = not self.config.get("speculation", "enabled")
-            self.config.set("speculation", "enabled", enabled)
-            self.notify(f"Speculation {'on' if enabled else 'off'} when the models load.")
-            return
-        if spec.drafter is None:
-            self.notify("No draft model is loaded, so speculation stays off.", severity="warning")
-            return
-        if spec.no_rollback:
-            self.notify(spec.no_rollback.capitalize() + ".", severity="warning")
-            return
-        spec.update(enabled=not spec.speculation.enabled)
-        self.notify(f"Speculation {'on' if spec.speculation.enabled else 'off'} from the next step.", timeout=2)
-        self._update_status()
-
-    def action_tune(self, focus: str = "n_draft") -> None:
-        spec = self.speculator
-        n_draft = spec.speculation.n_draft if spec is not None else self.config.get("speculation", "n_draft")
-        p_min = spec.speculation.p_min if spec is not None else self.config.get("speculation", "p_min")
-        before = self.sampling
-
-        def apply(values: dict[str, Any]) -> None:
-            # raises SkippyError (shown in the dialog) before anything changes
-            if spec is not None:
-                spec.update(n_draft=values["n_draft"], p_min=values["p_min"])
-            else:
-                self.config.set("speculation", "n_draft", values["n_draft"])
-                self.config.set("speculation", "p_min", values["p_min"])
-            self.sampling = values["sampling"]
-
-        def done(values: dict[str, Any] | None) -> None:
-            if values:
-                self.notify(tune_notice(values, before), timeout=4)
-                self._update_status()
-
-        self.push_screen(TuneScreen(n_draft, p_min, self.sampling, focus, apply), done)
+        self.prompt.insert(event.character)
 
     def action_toggle_origin(self) -> None:
         self.color_origin = not self.color_origin
@@ -779,73 +336,3 @@ class SkippyApp(App[None]):
             "Origin colouring on: accepted draft tokens vs target tokens." if self.color_origin else "Markdown view.",
             timeout=2,
         )
-
-    def transcript_dir(self) -> Path:
-        configured = self.config.get("ui", "transcript_dir")
-        return Path(configured).expanduser() if configured else data_dir() / "transcripts"
-
-    def _snapshot_metadata(self) -> None:
-        t = self.transcript
-        spec = self.speculator
-        if spec is not None:
-            from ..engine.native_devices import backend_name
-
-            t.models = {
-                "target": spec.target_info.summary() if spec.target_info else None,
-                "draft": spec.draft_info.summary() if spec.draft_info else None,
-                "backend": backend_name(),
-                "n_ctx": spec.n_ctx,
-            }
-        t.config = {s: dict(v) for s, v in self.config.values.items()}
-        t.versions = versions()
-
-    def action_save(self, quiet: bool = False) -> None:
-        if not self.transcript.entries:
-            if not quiet:
-                self.notify("Nothing to save yet.")
-            return
-        self._snapshot_metadata()
-        path = self.transcript_path
-        if path is None or path.suffix != ".json":
-            path = new_transcript_path(self.transcript_dir())
-        try:
-            json_path, md_path = self.transcript.save(path)
-        except TranscriptError as e:
-            self.notify(str(e), title="Save failed", severity="error", timeout=10)
-            return
-        self.transcript_path = json_path
-        if not quiet:
-            extra = " (the reply in flight is not included)" if self.generating else ""
-            self.notify(f"Saved {json_path}\nand {md_path.name}{extra}", title="Transcript saved", timeout=5)
-
-    def action_open_transcript(self) -> None:
-        if self._busy():
-            return
-
-        async def done(path: Path | None) -> None:
-            if path is None:
-                return
-            await self.open_transcript(path)
-
-        self.push_screen(OpenTranscriptScreen(self.transcript_dir()), done)
-
-    async def open_transcript(self, path: Path) -> None:
-        try:
-            transcript = Transcript.load(path, repair_markdown=True)
-        except TranscriptError as e:
-            self.notify(str(e), title="Cannot open transcript", severity="error", timeout=10)
-            return
-        previous = (self.transcript, self.transcript_path)
-        self.transcript = transcript
-        self.transcript_path = Path(path)
-        self._end_edit()
-        try:
-            await self._show_transcript()
-        except Exception as e:  # parsed, but a field holds what no reply can have: keep the chat
-            self.transcript, self.transcript_path = previous
-            await self._show_transcript()
-            self.notify(f"{path}: {type(e).__name__}: {e}", title="Cannot open transcript", severity="error")
-            return
-        self._update_status()
-        if self.speculator is not None:
-            self.notify("Transcript opened: type a message to continue it.", timeout=4)

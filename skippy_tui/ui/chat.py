@@ -15,7 +15,7 @@ from textual.widgets.markdown import MarkdownStream
 
 from ..engine.events import ReplyFinished, TextSpan
 from ..transcript import Entry, reply_summary
-from .render import fg, origin_text
+from .render import fg, origin_text, reply_footer
 
 
 def _hard_breaks(state) -> None:  # type: ignore[no-untyped-def]
@@ -84,6 +84,7 @@ class AssistantMessage(MessageWidget):
         self._stream: MarkdownStream | None = None
         self._spans: list[TextSpan] = entry.spans()
         self._origin_dirty = True
+        self._finish: ReplyFinished | None = entry.finish
 
     def compose(self) -> ComposeResult:
         yield Markdown(self.entry.content, parser_factory=chat_parser)
@@ -91,10 +92,10 @@ class AssistantMessage(MessageWidget):
 
     def on_mount(self) -> None:
         self.border_title = "assistant"
-        fin = self.entry.finish
-        if fin is not None:
-            self.border_subtitle = reply_summary(fin)
-        self.refresh_origin()
+        self._footer()
+        # is_mounted turns true only after this handler, so refresh_origin() would skip the
+        # render and a reply opened while origin colouring is on would show an empty box
+        self._render_origin()
 
     @property
     def markdown(self) -> Markdown:
@@ -129,7 +130,8 @@ class AssistantMessage(MessageWidget):
             self._spans.append(TextSpan(fin.tail, "target"))
         self._origin_dirty = True
         self.remove_class("-streaming")
-        self.border_subtitle = reply_summary(fin)
+        self._finish = fin
+        self._footer()
         if fin.reason in ("error", "cancelled"):
             self.add_class(f"-{fin.reason}")
         await self.markdown.update(text)
@@ -144,6 +146,18 @@ class AssistantMessage(MessageWidget):
         self.add_class("-error")
         self.border_subtitle = f"failed: {type(error).__name__}: {error}"
 
+    def _footer(self) -> None:
+        """The reply's stats in the bottom border, fitted to the box; the tooltip has them in full."""
+        fin = self._finish
+        if fin is None:
+            return
+        # the border's corners and the spaces around the subtitle take 6 cells
+        self.border_subtitle = reply_footer(fin, max(self.outer_size.width - 6, 20))
+        self.tooltip = reply_summary(fin)
+
+    def on_resize(self) -> None:
+        self._footer()
+
     @property
     def is_origin_mode(self) -> bool:
         return self.parent is not None and self.parent.has_class("-origin")
@@ -152,6 +166,9 @@ class AssistantMessage(MessageWidget):
         """Re-render the origin view (after new text, a toggle, or a theme change)."""
         if not (self._origin_dirty or force) or not self.is_mounted:
             return
+        self._render_origin()
+
+    def _render_origin(self) -> None:
         draft = fg(self.get_component_rich_style("origin--draft"))
         target = fg(self.get_component_rich_style("origin--target"))
         self.query_one(".origin-view", Static).update(origin_text(self._spans, draft, target))

@@ -37,15 +37,27 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("Set p_min", "Stop drafting below this draft probability (from the next step)", "tune('p_min')"),
     ("Set temperature", "Sampling temperature, 0 = greedy (from the next step)", "tune('temperature')"),
     ("Set sampler", "Coupled (= plain sampling's reply) or rejection (from the next step)", "tune('sampler')"),
+    ("Set top_k", "Keep the k most likely tokens, 0 = off (from the next step)", "tune('top_k')"),
+    ("Set top_p", "Nucleus filter, 1 = off (from the next step)", "tune('top_p')"),
+    ("Set min_p", "Drop tokens far below the top one, 0 = off (from the next step)", "tune('min_p')"),
     ("Set seed", "Random per reply, or a fixed number to reproduce (from the next reply)", "tune('seed')"),
+    ("Set max_tokens", "Reply length cap in tokens (from the next reply)", "tune('max_tokens')"),
     ("Set repeat penalty", "Penalise recently seen tokens, 1 = off (from the next step)", "tune('repeat_penalty')"),
     ("Set repeat_last_n", "Penalty window in tokens: 0 = off, -1 = all (from the next step)", "tune('repeat_last_n')"),
     ("Set presence penalty", "Lower every seen token, 0 = off (from the next step)", "tune('presence_penalty')"),
     ("Set frequency penalty", "Lower tokens by times seen, 0 = off (from the next step)", "tune('frequency_penalty')"),
+    ("Show previous reply", "Show the previous reply's steps in the panel", "show_reply(-1)"),
+    ("Show next reply", "Show the next reply's steps in the panel", "show_reply(1)"),
+    ("Copy reply", "Copy the reply the panel shows to the clipboard", "copy_reply"),
+    ("Copy code block", "Copy a code block of the reply the panel shows to the clipboard", "copy_code"),
+    ("Help", "Keys, the panel's columns and badges, the status bar, colours, models", "help"),
     ("Toggle origin colouring", "Colour reply text by draft (accepted) vs target tokens", "toggle_origin"),
+    ("Show/hide the speculation panel", "At any size; narrow terminals put it under the chat", "toggle_panel"),
     ("Save transcript", "Write the conversation as Markdown + JSON", "save"),
     ("Open transcript", "Load a saved conversation (continue it when models are loaded)", "open_transcript"),
+    ("Chat history", "Every chat, saved after each reply: filter, open to continue, rename, delete", "history"),
     ("Load models", "Load the configured models to continue this conversation", "load_models"),
+    ("Choose models…", "Pick a target and its draft from the model library; the conversation stays", "choose_models"),
     ("Switch theme", "Pick a theme (remembered)", "change_theme"),
     ("Quit", "Quit now (stops a reply in flight)", "quit"),
 )
@@ -61,7 +73,7 @@ class SkippyCommands(Provider):
             name = action.split("(")[0]
             if app.check_action(name, ()) is False:
                 continue
-            key = app.key_for(name)
+            key = app.key_for(action)
             out.append((f"{title}  ({key})" if key else title, help_text, action))
         return out
 

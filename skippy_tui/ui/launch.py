@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Iterator
@@ -65,6 +66,11 @@ def _config(args: argparse.Namespace) -> tuple[Config, ConfigError | None]:
         return Config(source=Path(given).expanduser() if given else config_path()), e
 
 
+def _reload(args: argparse.Namespace) -> Config:
+    """The config as at launch, read again (F5): the file, then the flags. Raises ConfigError."""
+    return config_from_args(args)
+
+
 def _run(app) -> int:  # type: ignore[no-untyped-def]
     # The engine thread re-takes the GIL after every llama.cpp call; with the
     # default 5 ms switch interval a rendering UI thread kept it waiting
@@ -86,7 +92,9 @@ def run_app(args: argparse.Namespace) -> int:
     from .app import SkippyApp
 
     config, error = _config(args)
-    return _run(SkippyApp(config, config_error=error, yield_cpu=bool(config.get("ui", "yield_cpu"))))
+    reload = functools.partial(_reload, args)
+    yield_cpu = bool(config.get("ui", "yield_cpu"))
+    return _run(SkippyApp(config, config_error=error, yield_cpu=yield_cpu, reload_config=reload))
 
 
 def run_replay(args: argparse.Namespace) -> int:
@@ -101,6 +109,7 @@ def run_replay(args: argparse.Namespace) -> int:
     config, error = _config(args)
     want = bool(getattr(args, "continue_", False))
     app = SkippyApp(
-        config, transcript=transcript, transcript_path=Path(args.file), load_models=want, config_error=error
-    )
+        config, transcript=transcript, transcript_path=Path(args.file), load_models=want, config_error=error,
+        reload_config=functools.partial(_reload, args),
+    )  # fmt: skip
     return _run(app)

@@ -6,13 +6,18 @@ widgets), so everything here is testable without an app.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
+from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 
-from ..engine.events import StepVerified, TextSpan, TokenInfo
+from ..engine.events import ReplyFinished, StepVerified, SyncInfo, TextSpan, TokenInfo
 from ..engine.stats import AcceptanceStats
+from ..transcript import count
 
 _VISIBLE = str.maketrans({" ": "·", "\n": "↵", "\t": "→", "\r": "␍"})
 
@@ -48,6 +53,21 @@ def proposal_cell(step: StepVerified, accepted: Style | str, rejected: Style | s
     if not step.proposed:
         out.append("—", style=sep)
     return out
+
+
+SYNC_LEGEND = "sync: = synced · e extend · t truncate · r reset · p plain"
+
+
+def sync_short(sync: SyncInfo) -> str:
+    """The sync badge in a few cells, for a narrow timeline (:data:`SYNC_LEGEND` explains it):
+    ``=``, ``e41..44``, ``t38→44``, ``r0..44``, ``p`` (plain: no draft sync)."""
+    if sync.kind == "none":
+        return "p"
+    if sync.kind == "synced":
+        return "="
+    if sync.kind == "truncate":
+        return f"t{sync.start}→{sync.end}"
+    return f"{sync.kind[0]}{sync.start}..{sync.end}"
 
 
 def commit_cell(step: StepVerified, bonus: Style | str, correction: Style | str, plain: Style | str = "") -> Text:
@@ -108,8 +128,10 @@ def stats_lines(stats: AcceptanceStats) -> list[tuple[str, str]]:
     return out
 
 
-def stats_table(reply: AcceptanceStats, session: AcceptanceStats, label: Style | str, value: Style | str) -> Text:
-    """Reply and session stats side by side, then acceptance by draft position as bars."""
+def stats_table(
+    reply: AcceptanceStats, session: AcceptanceStats, label: Style | str, value: Style | str, positions: bool = True
+) -> Text:
+    """Reply and session stats side by side, then (with ``positions``) acceptance by draft position as bars."""
     rl = dict(stats_lines(reply))
     sl = dict(stats_lines(session))
     keys = ["acceptance", "mean accepted length", "tokens/s", "steps"]
@@ -118,7 +140,7 @@ def stats_table(reply: AcceptanceStats, session: AcceptanceStats, label: Style |
     for k in keys:
         out.append(f"{k:<21}", style=label)
         out.append(f"{rl.get(k, '—'):>16}{sl.get(k, '—'):>18}\n", style=value)
-    n = max(len(reply.per_position), len(session.per_position))
+    n = max(len(reply.per_position), len(session.per_position)) if positions else 0
     if n:
         out.append("\nacceptance by draft position\n", style=label)
         out.append(f"{'':6}{'reply':<18}{'session'}\n", style=label)
@@ -141,3 +163,92 @@ def origin_text(spans: Sequence[TextSpan], draft: Style | str, target: Style | s
 
 def short_name(name: str, width: int = 28) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
+
+
+_SHARD = re.compile(r"-\d{5}-of-\d{5}$")
+
+
+def model_label(path: str | Path | None, name: str, file_type: str, width: int = 40) -> str:
+    """A short label that tells two models apart: the file's stem and its quantization.
+
+    ``SmolLM2-135M-Instruct.Q4_1.gguf`` (file type Q4_1) → ``SmolLM2-135M-Instruct Q4_1``:
+    the GGUF's ``general.name`` is often the same for a target and its draft,
+    the file names are not. A split model's ``-00001-of-00003`` is dropped. The
+    stem is shortened to fit ``width`` cells; the quantization is always kept.
+    Without a path, the GGUF name stands in for the stem.
+    """
+    stem = _SHARD.sub("", Path(path).name.removesuffix(".gguf")) if path else name
+    if file_type:
+        at = stem.lower().rfind(file_type.lower())
+        if at > 0:  # drop the quantization from the stem with its separator; it is shown apart
+            stem = (stem[:at].rstrip(".-_ ") + stem[at + len(file_type) :]).strip(".-_ ") or stem
+    tail = f" {file_type}" if file_type else ""
+    return short_name(stem, max(width - len(tail), 4)) + tail
+
+
+# -- fitting a line of fields into a width ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Part:
+    """One field of a one-line summary: its forms, widest first, and when each next one applies.
+
+    ``forms[k + 1]`` replaces ``forms[k]`` at rank ``ranks[k]``: lower ranks give way
+    first. An empty form drops the field. A part with one form is never shortened.
+    """
+
+    forms: tuple[str, ...]
+    ranks: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.ranks) != len(self.forms) - 1:
+            raise ValueError(f"{len(self.forms)} forms need {len(self.forms) - 1} ranks, got {len(self.ranks)}")
+
+
+def fit_parts(parts: Sequence[Part], width: int, sep: str = " · ") -> str:
+    """The parts joined by ``sep``, shortened rank by rank until the line fits ``width`` cells.
+
+    What cannot be shortened stays, so the result may still be wider than ``width``
+    when the parts that must stay are (the widget then cuts its end).
+    """
+    level = [0] * len(parts)
+    moves = sorted((rank, i, k + 1) for i, p in enumerate(parts) for k, rank in enumerate(p.ranks))
+
+    def line() -> str:
+        return sep.join(p.forms[lv] for p, lv in zip(parts, level) if p.forms[lv])
+
+    text = line()
+    for _, i, lv in moves:
+        if cell_len(text) <= width:
+            break
+        level[i] = max(level[i], lv)
+        text = line()
+    return text
+
+
+# the reasons a reply ends on its own, said only when there is room
+_ORDINARY_END = frozenset({"eos"})
+
+
+def reply_footer(fin: ReplyFinished, width: int) -> str:
+    """A reply's stats for its box's bottom border, at most ``width`` cells when it can be.
+
+    How it ended comes first unless it was the ordinary end (eos): "cancelled" or
+    "max_tokens" is never cut. Then tokens/s and tokens; the acceptance figures shorten
+    (``acc 75%``, ``3.43 acc/step``) before they go, and the step count goes first. The
+    widget's tooltip carries :func:`skippy_tui.transcript.reply_summary` in full, the legend.
+    """
+    parts: list[Part] = []
+    if fin.reason not in _ORDINARY_END:
+        said = fin.reason + (f": {fin.error}" if fin.error else "")
+        parts.append(Part((said, fin.reason), (9,)) if fin.error else Part((said,)))
+    parts.append(Part((count(fin.n_tokens, "token"), f"{fin.n_tokens} tok"), (3,)))
+    parts.append(Part((f"{fin.tokens_per_second:.1f} tok/s",)))
+    if fin.n_drafted:
+        parts.append(Part((f"acceptance {fin.acceptance_rate:.1%}", f"acc {fin.acceptance_rate:.0%}", ""), (2, 7)))
+        mal = f"{fin.mean_accepted_length:.2f}"
+        parts.append(Part((f"mean accepted length {mal}", f"{mal} acc/step", ""), (1, 5)))
+    parts.append(Part((count(fin.n_steps, "step"), ""), (0,)))
+    if fin.reason in _ORDINARY_END:
+        parts.append(Part((f"finished: {fin.reason}", ""), (0.5,)))
+    return fit_parts(parts, width)

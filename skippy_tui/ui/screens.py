@@ -19,7 +19,7 @@ from textual.widgets import Button, DataTable, Input, Label, OptionList, Select,
 from ..engine.errors import BoundsError, IncompatibleModelsError, ModelFileError, SkippyError
 from ..engine.events import ReplyStarted, StepVerified
 from ..engine.sampling import SAMPLERS, SamplingParams
-from ..engine.settings import SpeculationSettings
+from ..engine.settings import GenerationSettings, SpeculationSettings
 from ..transcript import number, reply_seed, reproduce_flags, reproduce_note, sampling_label, settings_at
 from .render import fg, visible
 
@@ -134,11 +134,13 @@ class InspectorScreen(ModalScreen[None]):
         head.append(f"k={st.k}" + (f" ({st.k_reason})" if st.k_reason else "") + f", {len(st.proposed)} drafted, ")
         head.append(f"{st.n_accepted} accepted  (draft {st.draft_ms:.1f} ms, verify {st.verify_ms:.1f} ms)\n")
         for i, tok in enumerate(st.proposed):
-            ok = i < st.n_accepted
+            # verification stops at the first rejection: the positions after it were never checked
+            verdict = "accepted" if i < st.n_accepted else "rejected" if i == st.n_accepted else "not checked"
             head.append(f"  d{i + 1} ", style="dim")
-            head.append(f"{visible(tok.text):<16}", style=ok_style if ok else bad_style)
+            style = {"accepted": ok_style, "rejected": bad_style}.get(verdict, "dim")
+            head.append(f"{visible(tok.text):<16}", style=style)
             p = f"{tok.prob:.3f}" if tok.prob is not None else "—"
-            head.append(f" p={p}  {'accepted' if ok else 'rejected'}\n", style="dim" if ok else "")
+            head.append(f" p={p}  {verdict}\n", style="" if verdict == "rejected" else "dim")
         head.append("committed    ", style="bold")
         c = st.committed
         head.append(f"{visible(c.text) if c else '∅'}", style=chosen)
@@ -163,9 +165,11 @@ class InspectorScreen(ModalScreen[None]):
             )
         foot = self.query_one("#inspect-foot", Static)
         if rejected is not None:
+            chose = {"greedy": "the target's most likely token was", "coupled": "the target's draw (same noise) was"}
             foot.update(
                 f"top-{max(len(st.draft_top), len(st.target_top))} at draft position {st.n_accepted + 1}, the first "
-                f"rejected one: the draft proposed {visible(rejected.text)!r}, the target chose "
+                f"rejected one: the draft proposed {visible(rejected.text)!r}, "
+                f"{chose.get(rule_of(self._settings()), 'the target drew from norm(max(0, p − q))')} "
                 f"{visible(c.text) if c else '∅'!r}."
             )
             table.display = True
@@ -177,9 +181,14 @@ class InspectorScreen(ModalScreen[None]):
                 else "A plain step: no proposal (speculation off or no room)."
             )
 
+    def _settings(self) -> dict[str, Any]:
+        """The sampling settings in effect at the shown step (empty when not recorded)."""
+        return settings_at(self.started, self.steps, self.index)
+
     def _sampling_lines(self, head: Text, st: StepVerified, bad_style: Style) -> None:
-        """The first rejection's probabilities side by side, the step's sampling, the reply's seed."""
-        settings = settings_at(self.started, self.steps, self.index)
+        """The first rejection's probabilities side by side and why it was rejected, the step's
+        sampling, the reply's seed."""
+        settings = self._settings()
         if st.n_accepted < len(st.proposed):
             rejected = st.proposed[st.n_accepted]
             q, p = rejected.prob, st.p_target
@@ -187,12 +196,11 @@ class InspectorScreen(ModalScreen[None]):
             head.append(visible(rejected.text), style=bad_style)
             head.append(f"  draft p={_prob(q, 'n-gram' if st.draft_source == 'ngram' else 'not recorded')}")
             head.append(f"  target p={_prob(p, 'not recorded')}")
-            if settings.get("sampler") == "rejection" and settings.get("temperature") and p is not None and q:
-                head.append(f"  accepted with min(1, p/q) = {min(1.0, p / q):.3f}")
             if settings.get("temperature"):
                 # the top-k table below is each model's raw softmax, so its numbers differ from these
                 head.append("  (as sampled: filters and T applied)", style="dim")
-            head.append("\n")
+            head.append("\nwhy          ", style="bold")
+            head.append(rejection_reason(st, settings) + "\n")
         head.append("sampling     ", style="bold")
         head.append(sampling_label(settings) if settings else "not recorded")
         if st.sampling is not None:
@@ -206,6 +214,45 @@ class InspectorScreen(ModalScreen[None]):
         head.append("reproduce    ", style="bold")
         note = reproduce_note(self.started, self.steps)
         head.append(reproduce_flags(self.started) + (f"  {note}" if note else ""))
+
+
+def rule_of(settings: dict[str, Any]) -> str:
+    """The acceptance rule a step ran under: ``greedy``, ``coupled`` or ``rejection``.
+
+    Greedy when the temperature is 0 or not recorded (transcripts from before
+    sampling was recorded were greedy).
+    """
+    if not settings.get("temperature"):
+        return "greedy"
+    return "rejection" if settings.get("sampler") == "rejection" else "coupled"
+
+
+def rejection_reason(st: StepVerified, settings: dict[str, Any]) -> str:
+    """Why the step's first rejected proposal was rejected, by the rule that applied.
+
+    At T > 0 a rejection is not the target disagreeing on its most likely
+    token: under ``coupled`` the target's draw with the shared Gumbel noise
+    differed; under ``rejection`` a uniform draw fell above ``min(1, p/q)``.
+    """
+    c = st.committed
+    chose = repr(visible(c.text)) if c is not None else "∅"
+    rule = rule_of(settings)
+    if rule == "greedy":
+        return f"greedy: a proposal is accepted while it is the target's most likely token; that was {chose}"
+    if rule == "coupled":
+        return (
+            "coupled sampling: a proposal is accepted while it equals the target's own draw with the same "
+            f"noise, argmax(log p + g); that draw was {chose}"
+        )
+    q = st.proposed[st.n_accepted].prob if st.n_accepted < len(st.proposed) else None
+    if q is None and st.draft_source == "ngram":
+        q = 1.0  # a deterministic proposal: q is one-hot on it
+    p = st.p_target
+    odds = f" = {min(1.0, p / q):.3f}" if p is not None and q else " (p or q not recorded)"
+    return (
+        f"rejection sampling: accepted with probability min(1, p/q){odds} and the draw fell above it; "
+        f"the target then drew {chose} from norm(max(0, p − q))"
+    )
 
 
 def _prob(p: float | None, missing: str) -> str:
@@ -250,19 +297,27 @@ class SystemPromptScreen(ModalScreen["str | None"]):
         self.dismiss(None)
 
 
-# (key, help) of each tune field, in order; the sampler is a choice, the rest are typed
+# (key, help) of each tune field, in order; the help says what the field takes. The sampler is a
+# choice, the rest are typed.
 TUNE_FIELDS: tuple[tuple[str, str], ...] = (
-    ("n_draft", "tokens per proposal (k), or auto"),
-    ("p_min", "stop drafting below this draft probability (0..1)"),
-    ("temperature", "0 = greedy"),
+    ("n_draft", "tokens per proposal (k): auto, or 1..4096"),
+    ("p_min", "stop drafting below this draft probability: 0..1"),
+    ("temperature", "0..100, 0 = greedy"),
     ("sampler", "coupled = plain sampling's reply; rejection = min(1, p/q)"),
-    ("seed", "random (new each reply) or a number · from the next reply"),
-    ("repeat_penalty", "1 = off"),
-    ("repeat_last_n", "tokens looked back: 0 = off, -1 = all"),
-    ("presence_penalty", "0 = off"),
-    ("frequency_penalty", "0 = off"),
+    ("top_k", "keep the k most likely tokens: 0 = off, or k ≥ 1"),
+    ("top_p", "nucleus: 0..1, 1 = off"),
+    ("min_p", "drop tokens below min_p × the top p: 0..1, 0 = off"),
+    ("seed", "random (new each reply) or 0..2^63-1 · next reply"),
+    ("max_tokens", "reply length cap: 1..1048576 · next reply"),
+    ("repeat_penalty", "above 0, up to 100; 1 = off"),
+    ("repeat_last_n", "tokens looked back: -1..16777216, 0 = off, -1 = all"),
+    ("presence_penalty", "-100..100, 0 = off"),
+    ("frequency_penalty", "-100..100, 0 = off"),
 )
-_INT_FIELDS = frozenset({"n_draft", "repeat_last_n"})
+TUNE_HELP = dict(TUNE_FIELDS)
+_INT_FIELDS = frozenset({"n_draft", "top_k", "repeat_last_n", "max_tokens"})
+# what a field's text must look like, for the message when it does not
+_KINDS = {"n_draft": '"auto" or a whole number', "seed": '"random" or a whole number'}
 
 
 def parse_field(key: str, text: str) -> object:
@@ -270,7 +325,8 @@ def parse_field(key: str, text: str) -> object:
     numbers, numbers. Bounds are checked later, by the settings themselves.
 
     Raises:
-        ValueError: not a value of the field's kind (the message names the field).
+        ValueError: not a value of the field's kind; the message names the field and
+            what it allows, e.g. ``n_draft: 'x' is not "auto" or a whole number; allowed: …``.
     """
     if key == "n_draft" and text == "auto":
         return "auto"
@@ -280,8 +336,8 @@ def parse_field(key: str, text: str) -> object:
     try:
         return int(text) if whole else float(text)
     except ValueError:
-        kind = '"random" or a whole number' if key == "seed" else "a whole number" if whole else "a number"
-        raise ValueError(f"{key}: {text!r} is not {kind}") from None
+        kind = _KINDS.get(key, "a whole number" if whole else "a number")
+        raise ValueError(f"{key}: {text!r} is not {kind}; allowed: {TUNE_HELP[key]}") from None
 
 
 class TuneScreen(ModalScreen["dict | None"]):
@@ -290,7 +346,7 @@ class TuneScreen(ModalScreen["dict | None"]):
     Each value is checked by the settings it goes into; ``apply`` (when given)
     then applies them and may still refuse (a :class:`SkippyError`, e.g. a k the
     batch cannot hold). Any error shows in the dialog and nothing changes.
-    Returns ``{"n_draft", "p_min", "sampling"}`` once applied, or None when cancelled.
+    Returns ``{"n_draft", "p_min", "max_tokens", "sampling"}`` once applied, or None when cancelled.
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss(None)", "Cancel")]
@@ -302,10 +358,12 @@ class TuneScreen(ModalScreen["dict | None"]):
         sampling: SamplingParams,
         focus: str = "n_draft",
         apply: Callable[[dict[str, Any]], None] | None = None,
+        *,
+        max_tokens: int = 512,
     ) -> None:
         super().__init__()
         self.sampling = sampling
-        self.values = {"n_draft": str(n_draft), "p_min": number(p_min)}
+        self.values = {"n_draft": str(n_draft), "p_min": number(p_min), "max_tokens": str(max_tokens)}
         for key, _ in TUNE_FIELDS:
             if key not in self.values:  # a sampling field
                 value = getattr(sampling, key)
@@ -344,10 +402,12 @@ class TuneScreen(ModalScreen["dict | None"]):
         parsed: dict[str, Any] = {key: parse_field(key, text) for key, text in raw.items()}
         parsed["sampler"] = self.query_one("#sampler", Select).value
         SpeculationSettings(n_draft=parsed["n_draft"], p_min=parsed["p_min"])
-        sampling = {k: v for k, v in parsed.items() if k not in ("n_draft", "p_min")}
+        GenerationSettings(max_tokens=parsed["max_tokens"])
+        sampling = {k: v for k, v in parsed.items() if k not in ("n_draft", "p_min", "max_tokens")}
         return {
             "n_draft": parsed["n_draft"],
             "p_min": parsed["p_min"],
+            "max_tokens": parsed["max_tokens"],
             "sampling": dataclasses.replace(self.sampling, **sampling),
         }
 
@@ -359,7 +419,10 @@ class TuneScreen(ModalScreen["dict | None"]):
             if self.apply is not None:
                 self.apply(values)
         except (ValueError, SkippyError) as e:  # BoundsError is both
-            self.query_one("#tune-error", Static).update(str(e))
+            message = str(e)
+            if isinstance(e, BoundsError) and e.key in TUNE_HELP:  # the engine's bound, in the dialog's words
+                message = f"{e.key} = {e.value!r} is out of bounds; allowed: {TUNE_HELP[e.key]}"
+            self.query_one("#tune-error", Static).update(message)
             return
         self.dismiss(values)
 

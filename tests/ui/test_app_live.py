@@ -27,6 +27,7 @@ from skippy_tui.transcript import Entry, Transcript
 from skippy_tui.ui import launch
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.chat import AssistantMessage, UserMessage, Welcome
+from skippy_tui.ui.confirm import ConfirmDiscardScreen
 from skippy_tui.ui.screens import InspectorScreen, TuneScreen
 
 
@@ -365,7 +366,7 @@ def test_quit_mid_stream_ends_the_reply_within_a_step() -> None:
     are on those events, bounded at 30 s: generous on a busy shared machine,
     and a hang still fails.
     """
-    app = SkippyApp(ui_config(max_tokens=400))
+    app = SkippyApp(ui_config(max_tokens=400, ui={"history": False}))  # on, quitting would save, not ask
     events: list[Event] = []
     late: list[Event] = []
     ended = threading.Event()
@@ -378,7 +379,9 @@ def test_quit_mid_stream_ends_the_reply_within_a_step() -> None:
             await _send(app, pilot, "Tell me a long story about a lighthouse keeper.")
             await wait_until(pilot, lambda: app.panel.timeline.row_count >= 1, 180, "the first step")
             assert app.generating
-            await pilot.press("ctrl+q")
+            await pilot.press("ctrl+q")  # the message sent is not saved: asked first, the reply goes on
+            await wait_for_screen(pilot, app, ConfirmDiscardScreen, 10)
+            await pilot.press("y")
             await asyncio.wait_for(asyncio.shield(app._task), 30)  # run_test's task: done once the app closed
         assert await asyncio.to_thread(ended.wait, 30), "the engine thread did not end within 30 s of quitting"
 
@@ -538,13 +541,16 @@ def test_f4_turns_speculation_off_and_on_again(speculator) -> None:
 
 def test_ctrl_n_clears_the_chat_and_the_next_reply_starts_from_empty_caches(speculator) -> None:
     async def body() -> None:
-        app = SkippyApp(ui_config(max_tokens=6), speculator=speculator)
+        # history off: with it on the chat is kept there, and Ctrl+N asks nothing
+        app = SkippyApp(ui_config(max_tokens=6, ui={"history": False}), speculator=speculator)
         async with app.run_test(size=SIZE) as pilot:
             await _reply(app, pilot, "Name a colour.")
             first = app.transcript.entries[-1].started
             await _reply(app, pilot, "Name another one.")
             assert app.transcript.entries[-1].started.target_sync.kind == "extend"  # a chat reuses its caches
             await pilot.press("ctrl+n")
+            await wait_for_screen(pilot, app, ConfirmDiscardScreen, 10)  # not saved: asked first
+            await pilot.press("enter")
             await wait_until(pilot, lambda: not app.transcript.entries and bool(app.query(Welcome)), 5, "a new chat")
             assert not app.query(UserMessage) and not app.query(AssistantMessage)
             assert app.transcript_path is None and app.panel.timeline.row_count == 0

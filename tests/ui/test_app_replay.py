@@ -254,7 +254,7 @@ def test_bad_config_opens_an_error_dialog_and_quit_works(tmp_path: Path) -> None
     cfg_file = tmp_path / "config.toml"
     cfg_file.write_text("[speculation]\nn_draft = -3\n", "utf-8")
     args = build_parser().parse_args(["--config", str(cfg_file)])
-    from skippy_tui.cli import config_from_args
+    from skippy_tui.cli_common import config_from_args
 
     config = config_from_args(args)
     with pytest.raises(ConfigError) as err:
@@ -610,3 +610,181 @@ def test_quit_during_a_load_stops_the_load_without_an_error_dialog(monkeypatch: 
     t0 = time.monotonic()
     run(body())
     assert stopped.is_set() and time.monotonic() - t0 < 10 and errors == []
+
+
+def test_transcript_opened_with_origin_colouring_on_shows_its_text() -> None:
+    """Issue 12.2: replies mounted while Ctrl+O is on rendered their origin view before it
+    could (the widget was not yet mounted) and showed empty boxes until toggled twice."""
+    saved = Transcript.load(CHAT_JSON)
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("ctrl+o")
+            assert app.chat.has_class("-origin")
+            await _open_typed(app, pilot, CHAT_JSON)
+            await wait_until(pilot, lambda: len(app.query(AssistantMessage)) == 2, 5, "the opened replies")
+            views = [m.query_one(".origin-view") for m in app.query(AssistantMessage)]
+            assert [str(v.render()) for v in views] == [e.content for e in saved.replies()]
+            assert all(v.display and v.size.height > 1 for v in views)
+
+    run(body())
+
+
+def test_f5_rereads_the_config_after_it_was_fixed(tmp_path: Path) -> None:
+    """Issue 12.3: F5 loaded the defaults the app fell back to, not the fixed file; a file that is
+    still wrong says so. The fixed file names a missing target, so loading stops at its check."""
+    from skippy_tui.ui.launch import _config, _reload
+
+    cfg_file = tmp_path / "config.toml"
+    cfg_file.write_text("[speculation]\nn_drafts = 3\n", "utf-8")
+    args = build_parser().parse_args(["--config", str(cfg_file), "--max-tokens", "7"])
+    config, error = _config(args)
+    assert error is not None and config.get("speculation", "n_draft") == "auto"  # fell back to the defaults
+
+    async def body() -> None:
+        app = SkippyApp(config, config_error=error, reload_config=lambda: _reload(args))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for_screen(pilot, app, ErrorScreen, 10)
+            await pilot.click("#continue")
+            await wait_until(pilot, lambda: not isinstance(app.screen, ErrorScreen), 5, "dismiss")
+            # still wrong: F5 says so, naming the key, and changes nothing
+            await pilot.press("f5")
+            screen = await wait_for_screen(pilot, app, ErrorScreen, 10)
+            assert screen.title_text == "The config still has a problem"
+            assert "n_drafts" in str(screen.query_one("#error-message").render())
+            await pilot.click("#continue")
+            await wait_until(pilot, lambda: not isinstance(app.screen, ErrorScreen), 5, "dismiss")
+            assert app.config.get("speculation", "n_draft") == "auto" and not app.loading
+            await pilot.press("f4")  # a change made in this session stays on top of the file
+            assert app.config.get("speculation", "enabled") is False
+            # fixed: F5 loads with the file's values (and the flag still on top)
+            missing = tmp_path / "target.gguf"
+            cfg_file.write_text(
+                f'[speculation]\nn_draft = 3\n[sampling]\ntemperature = 0.5\n[target]\npath = "{missing}"\n', "utf-8"
+            )
+            await pilot.press("f5")
+            screen = await wait_for_screen(pilot, app, ErrorScreen, 30)
+            assert screen.title_text == "Could not load the models"
+            assert str(missing) in str(screen.query_one("#error-message").render())
+            assert app.config.get("speculation", "n_draft") == 3
+            assert app.sampling.temperature == 0.5 and app.generation.max_tokens == 7
+            assert app.config.get("speculation", "enabled") is False
+
+    run(body())
+
+
+def _copy(tmp_path: Path, src: Path = CHAT_JSON) -> Path:
+    """A copy of a fixture, so that a save in the test never rewrites the committed one."""
+    dest = tmp_path / src.name
+    dest.write_bytes(src.read_bytes())
+    return dest
+
+
+def test_new_chat_and_open_ask_first_only_when_the_chat_is_unsaved(tmp_path: Path) -> None:
+    """Issue 12.1: Ctrl+N dropped the conversation at once. Saved (here: just opened) it still
+    does; changed, a dialog asks: n/Esc keep it, Enter/y clear it."""
+    from skippy_tui.ui.confirm import ConfirmDiscardScreen
+
+    path = _copy(tmp_path)
+
+    async def body() -> None:
+        app = replay_app(ui_config(ui={"history": False}), path=path)  # on, the history keeps the chat
+        async with app.run_test(size=SIZE) as pilot:
+            assert not app.unsaved
+            await pilot.press("ctrl+n")
+            await wait_until(pilot, lambda: not app.transcript.entries, 5, "the saved chat to clear at once")
+            assert not isinstance(app.screen, ConfirmDiscardScreen)
+            await app.open_transcript(path)
+            await pilot.press("f2")
+            await wait_for_screen(pilot, app, SystemPromptScreen, 5)
+            await pilot.press(*"Be brief.", "ctrl+s")
+            await wait_until(pilot, lambda: app.unsaved, 5, "the system prompt change")
+            for key in ("n", "escape"):
+                await pilot.press("ctrl+n")
+                await wait_for_screen(pilot, app, ConfirmDiscardScreen, 5)
+                await pilot.press(key)
+                await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmDiscardScreen), 5, "cancel")
+                assert len(app.transcript.entries) == 4 and len(app.query(MessageWidget)) == 4, key
+            # opening another transcript asks too
+            await _open_typed(app, pilot, SAMPLED_JSON)
+            await wait_for_screen(pilot, app, ConfirmDiscardScreen, 5)
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmDiscardScreen), 5, "cancel")
+            assert app.transcript_path == path
+            await pilot.press("ctrl+n")
+            await wait_for_screen(pilot, app, ConfirmDiscardScreen, 5)
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: not app.transcript.entries, 5, "the chat to clear")
+            assert not app.query(MessageWidget) and app.query(Welcome)
+            assert Transcript.load(path) == Transcript.load(CHAT_JSON)  # nothing was written
+
+    run(body())
+
+
+def test_quit_with_an_unsaved_chat_asks_and_can_save_first(tmp_path: Path) -> None:
+    from skippy_tui.ui.confirm import ConfirmDiscardScreen
+
+    path = _copy(tmp_path)
+
+    async def body() -> None:
+        app = replay_app(ui_config(ui={"history": False}), path=path)  # on, the history keeps the chat
+        async with app.run_test(size=SIZE) as pilot:
+            app.transcript.system_prompt = "Be brief."  # a change since it was opened
+            await pilot.press("ctrl+q")
+            await wait_for_screen(pilot, app, ConfirmDiscardScreen, 5)
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmDiscardScreen), 5, "cancel")
+            assert app.is_running and app.return_code is None
+            await pilot.press("ctrl+q")
+            await wait_for_screen(pilot, app, ConfirmDiscardScreen, 5)
+            await pilot.press("s")
+            await wait_until(pilot, lambda: app.return_code == 0, 5, "quit after saving")
+        assert Transcript.load(path).system_prompt == "Be brief."
+
+    run(body())
+
+
+def test_quit_twice_quits_without_saving_and_autosave_saves_instead_of_asking(tmp_path: Path) -> None:
+    from skippy_tui.ui.confirm import ConfirmDiscardScreen
+
+    path = _copy(tmp_path)
+
+    async def twice() -> None:
+        app = replay_app(ui_config(ui={"history": False}), path=path)  # on, the history keeps the chat
+        async with app.run_test(size=SIZE) as pilot:
+            app.transcript.system_prompt = "Be brief."
+            await pilot.press("ctrl+q")
+            await wait_for_screen(pilot, app, ConfirmDiscardScreen, 5)
+            await pilot.press("ctrl+q")
+            await wait_until(pilot, lambda: app.return_code == 0, 5, "quit")
+        assert Transcript.load(path).system_prompt == ""
+
+    async def autosave() -> None:
+        app = replay_app(ui_config(ui={"autosave": True, "history": False}), path=path)
+        async with app.run_test(size=SIZE) as pilot:
+            app.transcript.system_prompt = "Be terse."
+            await pilot.press("ctrl+q")
+            await wait_until(pilot, lambda: app.return_code == 0, 5, "quit")
+            assert not isinstance(app.screen, ConfirmDiscardScreen)
+        assert Transcript.load(path).system_prompt == "Be terse."
+
+    run(twice())
+    run(autosave())
+
+
+def test_the_launcher_gives_the_app_a_config_reader_with_the_flags_on_top(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from skippy_tui.ui import launch
+
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[speculation]\nn_draft = 3\n", "utf-8")
+    built: list[SkippyApp] = []
+    monkeypatch.setattr(launch, "_run", lambda app: built.append(app) or 0)
+    for argv in (["--config", str(cfg), "--max-tokens", "9"], ["replay", str(CHAT_JSON), "--config", str(cfg)]):
+        assert main(argv) == 0
+    cfg.write_text("[speculation]\nn_draft = 5\n[generation]\nmax_tokens = 50\n", "utf-8")
+    fresh = [app._reload_config() for app in built]  # what F5 reads
+    assert [c.get("speculation", "n_draft") for c in fresh] == [5, 5]
+    assert [c.get("generation", "max_tokens") for c in fresh] == [9, 50]  # the flag stays on top

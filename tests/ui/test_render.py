@@ -6,11 +6,22 @@ import dataclasses
 
 import pytest
 
-from skippy_tui.engine.events import StepVerified, SyncInfo, TextSpan, TokenInfo
+from skippy_tui.engine.events import ReplyFinished, StepVerified, SyncInfo, TextSpan, TokenInfo
 from skippy_tui.engine.sampling import SamplingParams
 from skippy_tui.engine.settings import GenerationSettings
-from skippy_tui.ui.app import LiveGeneration
-from skippy_tui.ui.render import bar, commit_cell, origin_text, proposal_cell, visible
+from skippy_tui.ui.generation import LiveGeneration
+from skippy_tui.ui.render import (
+    SYNC_LEGEND,
+    Part,
+    bar,
+    commit_cell,
+    fit_parts,
+    origin_text,
+    proposal_cell,
+    reply_footer,
+    sync_short,
+    visible,
+)
 
 
 def _step(n_accepted: int, kind: str = "correction") -> StepVerified:
@@ -74,3 +85,61 @@ def test_step_bars_use_an_absolute_scale() -> None:
     top, bottom = t.plain.split("\n")
     assert top == "██   " and bottom == "███· "  # 4/4 full, 2/4 half, none accepted a dot, plain step blank
     assert step_bars([1] * 30, 4, 10, "g", "r").plain.split("\n")[1] == "▄" * 10  # the latest 10 steps
+
+
+def _fits(parts: list[Part], width: int) -> str:
+    return fit_parts(parts, width, " │ ")
+
+
+def test_fit_parts_gives_way_by_rank_and_keeps_what_has_one_form() -> None:
+    parts = [
+        Part(("target SmolLM2 135M Instruct F32", "target SmolLM2… F32", ""), (1, 5)),
+        Part(("CPU", ""), (2,)),
+        Part(("12.3 tok/s",)),
+        Part(("spec on k=4 p_min=0.1", "spec on k=4"), (9,)),
+        Part(("coupled T=0.8",)),
+    ]
+    full = "target SmolLM2 135M Instruct F32 │ CPU │ 12.3 tok/s │ spec on k=4 p_min=0.1 │ coupled T=0.8"
+    assert _fits(parts, 200) == full
+    shorter = "target SmolLM2… F32 │ CPU │ 12.3 tok/s │ spec on k=4 p_min=0.1 │ coupled T=0.8"
+    assert _fits(parts, len(full) - 1) == shorter
+    assert _fits(parts, 72) == "target SmolLM2… F32 │ 12.3 tok/s │ spec on k=4 p_min=0.1 │ coupled T=0.8"
+    assert _fits(parts, 71) == "12.3 tok/s │ spec on k=4 p_min=0.1 │ coupled T=0.8"
+    assert _fits(parts, 40) == "12.3 tok/s │ spec on k=4 │ coupled T=0.8"
+    assert _fits(parts, 5) == "12.3 tok/s │ spec on k=4 │ coupled T=0.8"  # what must stay, stays
+    with pytest.raises(ValueError, match="3 forms need 2 ranks"):
+        Part(("a", "b", ""), (1,))
+
+
+def _finish(reason: str, error: str | None = None) -> ReplyFinished:
+    return ReplyFinished(
+        reason=reason, token_ids=(), text="", n_tokens=32, n_steps=8, n_drafted=28, n_accepted=21,  # type: ignore[arg-type]
+        acceptance_rate=0.75, mean_accepted_length=2.625, per_position=(), tokens_per_second=12.34,
+        generation_ms=1.0, prefill_ms=1.0, n_past=40, error=error,
+    )  # fmt: skip
+
+
+def test_reply_footer_says_how_it_ended_first_and_abbreviates_before_it_drops() -> None:
+    """Issue 12.5: the footer was the transcript's summary cut at the box ("mean accepted lengt…"),
+    so a stopped reply's "cancelled", said last, never showed."""
+    fin = _finish("cancelled")
+    assert reply_footer(fin, 200) == (
+        "cancelled · 32 tokens · 12.3 tok/s · acceptance 75.0% · mean accepted length 2.62 · 8 steps"
+    )
+    assert reply_footer(fin, 80) == "cancelled · 32 tokens · 12.3 tok/s · acceptance 75.0% · 2.62 acc/step"
+    assert reply_footer(fin, 59) == "cancelled · 32 tok · 12.3 tok/s · acc 75% · 2.62 acc/step"
+    assert reply_footer(fin, 41) == "cancelled · 32 tok · 12.3 tok/s · acc 75%"
+    assert reply_footer(fin, 10) == "cancelled · 32 tok · 12.3 tok/s"
+    # the ordinary end is said only when there is room, and last
+    eos = _finish("eos")
+    assert reply_footer(eos, 200).endswith("8 steps · finished: eos")
+    assert "eos" not in reply_footer(eos, 80) and reply_footer(eos, 80).startswith("32 tokens · 12.3 tok/s")
+    assert reply_footer(_finish("error", "out of memory"), 30).startswith("error · 32 tok")
+
+
+def test_sync_short_badges() -> None:
+    assert [sync_short(SyncInfo(k, 38, 44)) for k in ("none", "synced", "extend", "truncate", "reset")] == [
+        "p", "=", "e38..44", "t38→44", "r38..44",
+    ]  # fmt: skip
+    for badge in ("= synced", "e extend", "t truncate", "r reset", "p plain"):
+        assert badge in SYNC_LEGEND

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.transcript import Transcript
@@ -17,8 +18,9 @@ from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.screens import ErrorScreen, InspectorScreen, TuneScreen
 
 
-def replay_app(path: Path = CHAT_JSON) -> SkippyApp:
-    return SkippyApp(ui_config(), transcript=Transcript.load(path), transcript_path=path, load_models=False)
+def replay_app(path: Path = CHAT_JSON, **ui: object) -> SkippyApp:
+    config = ui_config(ui=ui) if ui else ui_config()
+    return SkippyApp(config, transcript=Transcript.load(path), transcript_path=path, load_models=False)
 
 
 async def _steady(pilot) -> None:
@@ -100,3 +102,38 @@ def test_error_dialog_missing_model(snap_compare) -> None:
         await _steady(pilot)
 
     assert snap_compare(SkippyApp(config), terminal_size=SIZE, run_before=run_before)
+
+
+LAYOUT_SIZES = [(80, 24), (100, 30), (150, 42), (200, 50)]
+
+
+@pytest.mark.parametrize("size", LAYOUT_SIZES, ids=[f"{w}x{h}" for w, h in LAYOUT_SIZES])
+def test_layout_at_size(snap_compare, size: tuple[int, int]) -> None:
+    """Issue 12.4/12.5: beside the chat from 120 columns, under it below, hidden when also short;
+    step rows, reply footers and the status bar fit (a stopped reply, a truncate at 130, "(reply ended)")."""
+    from test_layout import layout_app
+
+    assert snap_compare(layout_app(), terminal_size=size, run_before=_steady)
+
+
+def test_layout_small_terminal_panel_shown_with_f6(snap_compare) -> None:
+    from test_layout import layout_app
+
+    async def run_before(pilot) -> None:
+        await pilot.press("f6")
+        await _steady(pilot)
+
+    assert snap_compare(layout_app(), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_confirm_before_quitting_an_unsaved_chat(snap_compare) -> None:
+    from skippy_tui.ui.confirm import ConfirmDiscardScreen
+
+    async def run_before(pilot) -> None:
+        pilot.app.transcript.system_prompt = "Be brief."  # changed since it was opened
+        await pilot.press("ctrl+q")
+        await wait_for_screen(pilot, pilot.app, ConfirmDiscardScreen, 10)
+        await _steady(pilot)
+
+    # history off: on, the history keeps the chat and quitting asks nothing
+    assert snap_compare(replay_app(history=False), terminal_size=SIZE, run_before=run_before)

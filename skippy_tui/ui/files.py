@@ -1,0 +1,254 @@
+"""The conversation on disk: save and open transcripts, the chat history, and asking
+before a chat that is not kept anywhere is dropped (new chat, open, quit)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..config import data_dir
+from ..history import HistoryStore
+from ..transcript import Transcript, TranscriptError, new_transcript_path, versions
+from .confirm import DISCARD, SAVE, ConfirmDiscardScreen
+from .history_screen import HistoryScreen
+from .screens import OpenTranscriptScreen
+
+
+class FilesMixin:
+    """Saving, opening and keeping the conversation for the app.
+
+    Owns ``history_path`` (this chat's file in the history, once saved there),
+    ``_history_failed`` and what was last saved or opened (``_saved_entries``,
+    ``_saved_system``, behind :attr:`unsaved`). Relies on the app's ``config``,
+    ``transcript``, ``transcript_path``, ``speculator``, ``session_stats``, ``chat``,
+    ``panel``, ``prompt``, ``generating`` / ``_busy`` / ``_end_edit`` / ``_forget_next``
+    (GenerationMixin), ``_show_transcript`` (ReplyViewMixin) and ``_n_past`` /
+    ``_update_status`` (StatusMixin).
+    """
+
+    def _init_files(self) -> None:
+        self._mark_saved()  # a transcript opened from a file is saved as it stands
+        self.history_path: Path | None = None  # this chat's file in the history, once saved there
+        self._history_failed = False  # a failed history save was told (once, until one works)
+
+    # -- unsaved conversations -----------------------------------------------------------------
+
+    def _mark_saved(self) -> None:
+        """The conversation as it stands is on disk (or came from there)."""
+        self._saved_entries = list(self.transcript.entries)
+        self._saved_system = self.transcript.system_prompt
+
+    @property
+    def unsaved(self) -> bool:
+        """The conversation has messages and differs from what was last saved or opened
+        (entries compared by identity: an edit or a regenerate replaces them)."""
+        entries = self.transcript.entries
+        if not entries:
+            return False
+        same = len(entries) == len(self._saved_entries) and all(a is b for a, b in zip(entries, self._saved_entries))
+        return not same or self.transcript.system_prompt != self._saved_system
+
+    async def _unless_kept(self, action: str, proceed: Callable[[], Any]) -> None:
+        """Run ``proceed`` (which drops the conversation) once the conversation is safe.
+
+        Saved or empty: at once. With ``[ui] autosave`` on: after saving it. Otherwise a
+        dialog asks: Enter/y goes on without saving, s saves first, Esc/n keeps the chat.
+        A failed save (its error is shown) goes nowhere.
+        """
+
+        async def go() -> None:
+            result = proceed()
+            if asyncio.iscoroutine(result):
+                await result
+
+        if not self.unsaved:
+            await go()
+            return
+        if self._save_history():  # history on: the chat is kept there
+            await go()
+            return
+        if self.config.get("ui", "autosave") and self.action_save(quiet=True):
+            await go()
+            return
+
+        async def chosen(choice: str | None) -> None:
+            if choice == DISCARD or (choice == SAVE and self.action_save()):
+                await go()
+
+        n = len(self.transcript.entries)
+        what = f"This conversation ({n} message{'s' if n != 1 else ''})"
+        self.push_screen(ConfirmDiscardScreen(action, what), chosen)
+
+    async def action_new_chat(self) -> None:
+        if self._busy():
+            return
+        await self._unless_kept("Start a new chat", self._new_chat_now)
+
+    async def _new_chat_now(self) -> None:
+        if self._busy():  # a reply may have started while the dialog asked
+            return
+        self.transcript = Transcript(system_prompt=self.transcript.system_prompt)
+        self.transcript_path = None
+        self.history_path = None  # a new chat gets a new file in the history
+        self._forget_next = True
+        self._end_edit()
+        session = self.session_stats
+        await self._show_transcript()
+        self.session_stats = session  # the session spans chats
+        self.panel.set_session(session)
+        self._n_past = 0
+        self._update_status()
+        self.prompt.focus()
+
+    # -- transcripts ---------------------------------------------------------------------------
+
+    def transcript_dir(self) -> Path:
+        configured = self.config.get("ui", "transcript_dir")
+        return Path(configured).expanduser() if configured else data_dir() / "transcripts"
+
+    def _snapshot_metadata(self) -> None:
+        t = self.transcript
+        spec = self.speculator
+        if spec is not None:
+            from ..engine.native_devices import backend_name
+            from ..engine.rpc import remote_label
+
+            t.models = {
+                "target": spec.target_info.summary() if spec.target_info else None,
+                "draft": spec.draft_info.summary() if spec.draft_info else None,
+                "backend": " + ".join(filter(None, (backend_name(), remote_label(spec)))),
+                "n_ctx": spec.n_ctx,
+            }
+        t.config = {s: dict(v) for s, v in self.config.values.items()}
+        t.versions = versions()
+
+    def action_save(self, quiet: bool = False) -> bool:
+        """Save the transcript (Markdown + JSON); True once it is on disk."""
+        if not self.transcript.entries:
+            if not quiet:
+                self.notify("Nothing to save yet.")
+            return False
+        self._snapshot_metadata()
+        path = self.transcript_path
+        if path is None or path.suffix != ".json":
+            path = new_transcript_path(self.transcript_dir())
+        try:
+            json_path, md_path = self.transcript.save(path)
+        except TranscriptError as e:
+            self.notify(str(e), title="Save failed", severity="error", timeout=10)
+            return False
+        self.transcript_path = json_path
+        self._mark_saved()
+        if not quiet:
+            extra = " (the reply in flight is not included)" if self.generating else ""
+            self.notify(f"Saved {json_path}\nand {md_path.name}{extra}", title="Transcript saved", timeout=5)
+        return True
+
+    def action_open_transcript(self) -> None:
+        if self._busy():
+            return
+
+        async def done(path: Path | None) -> None:
+            if path is None:
+                return
+            await self._unless_kept("Open", lambda: self.open_transcript(path))
+
+        self.push_screen(OpenTranscriptScreen(self.transcript_dir()), done)
+
+    async def open_transcript(self, path: Path) -> None:
+        try:
+            transcript = Transcript.load(path, repair_markdown=True)
+        except TranscriptError as e:
+            self.notify(str(e), title="Cannot open transcript", severity="error", timeout=10)
+            return
+        previous = (self.transcript, self.transcript_path)
+        self.transcript = transcript
+        self.transcript_path = Path(path)
+        self._end_edit()
+        try:
+            await self._show_transcript()
+        except Exception as e:  # parsed, but a field holds what no reply can have: keep the chat
+            self.transcript, self.transcript_path = previous
+            await self._show_transcript()
+            self.notify(f"{path}: {type(e).__name__}: {e}", title="Cannot open transcript", severity="error")
+            return
+        self._mark_saved()
+        self.history_path = None  # continued, it is saved in the history as a new chat
+        self._update_status()
+        if self.speculator is not None:
+            self.notify("Transcript opened: type a message to continue it.", timeout=4)
+
+    # -- chat history --------------------------------------------------------------------------
+
+    def history_enabled(self) -> bool:
+        """``[ui] history`` (``--no-history`` sets it false): whether chats are kept."""
+        return bool(self.config.get("ui", "history"))
+
+    def history_store(self) -> HistoryStore:
+        """The chats in ``<user data dir>/history``."""
+        return HistoryStore(data_dir() / "history")
+
+    def _save_history(self) -> bool:
+        """Save the conversation into its history file (after each reply and each edit).
+
+        Returns True once it is on disk. Does nothing with history off or an empty
+        chat. A failure is told once (until a save works again), never raised: the
+        chat goes on and the next reply tries again.
+        """
+        if not self.history_enabled() or not self.transcript.entries:
+            return False
+        self._snapshot_metadata()
+        store = self.history_store()
+        path = self.history_path or store.new_path()
+        try:
+            store.save(self.transcript, path)
+        except TranscriptError as e:
+            if not self._history_failed:
+                self.notify(
+                    f"{e}\nThe chat goes on; the next reply tries again.",
+                    title="Chat history not saved",
+                    severity="error",
+                    timeout=10,
+                )
+            self._history_failed = True
+            return False
+        self._history_failed = False
+        self.history_path = path
+        self._mark_saved()
+        return True
+
+    def chat_is_kept(self) -> bool:
+        """Whether the conversation as it stands is on disk (in the history, or saved with
+        Ctrl+S, or opened unchanged), so clearing or quitting loses nothing."""
+        return not self.unsaved
+
+    def action_history(self) -> None:
+        if not self.history_enabled():
+            self.notify("Chat history is off ([ui] history = false, or --no-history).", severity="warning")
+            return
+        if self._busy():
+            return
+
+        async def done(path: Path | None) -> None:
+            if self.history_path is not None and not self.history_path.exists():
+                self.history_path = None  # deleted there: continuing it saves it as a new chat
+            if path is None:
+                return
+            if self.history_path is not None and path.name == self.history_path.name:
+                self.notify("That chat is the one open.", timeout=3)
+                return
+            await self._unless_kept("Open", lambda: self.open_history(path))
+
+        self.push_screen(HistoryScreen(self.history_store(), self.history_path), done)
+
+    async def open_history(self, path: Path) -> None:
+        """Open a chat from the history to continue it with the loaded models; its next
+        replies are saved into the same file (Ctrl+S still saves a copy as a transcript)."""
+        path = Path(path)
+        await self.open_transcript(path)
+        if self.transcript_path == path:  # it opened
+            self.transcript_path = None
+            self.history_path = path
+            self._update_status()

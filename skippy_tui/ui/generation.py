@@ -1,0 +1,313 @@
+"""The generation flow: send, the worker, engine events into the widgets, finish, stop.
+
+A thread worker runs :meth:`Speculator.run` and posts every event as an
+:class:`EngineEvent` message (the worker never touches a widget). Steps queue up
+in ``_pending`` and a 20 Hz timer applies them in one batch (Markdown stream,
+stats, status), so a fast backend never floods the UI; text is never dropped.
+Timeline rows follow at 4 Hz: every added row re-renders all visible rows of a
+DataTable, which on 2 cores took CPU from the decoding threads.
+``ReplyFinished`` flushes both queues first, then ends the reply. Esc sets the
+reply's cancel event (the engine checks it between steps).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import Any, Protocol
+
+from textual import work
+from textual.worker import Worker
+
+from ..engine.events import ReplyFinished, ReplyStarted, StepVerified
+from ..engine.sampling import SamplingParams
+from ..engine.settings import GenerationSettings
+from ..engine.stats import AcceptanceStats
+from ..transcript import Entry, reply_stats
+from .chat import AssistantMessage, MessageWidget, UserMessage, Welcome
+from .messages import EngineEvent
+from .prompt import HINT
+
+
+class SamplingHost(Protocol):
+    """Where the live sampling settings are read (the app; F3 replaces them)."""
+
+    sampling: SamplingParams
+
+
+FLUSH_HZ = 20
+PANEL_HZ = 4
+
+
+class LiveGeneration:
+    """:class:`GenerationSettings` whose sampling is read afresh at every step.
+
+    The engine reads ``gen.sampling`` each time it verifies a step, so handing it
+    this object makes a sampling change (F3) apply from the next step, as
+    ``Speculator.update`` does for n_draft and p_min. The seed is the one the
+    reply started with: a new seed applies from the next reply, so setting it
+    mid-reply is no change for this one (the engine would record it as one).
+    Length and stop strings stay fixed for the reply.
+    """
+
+    def __init__(self, base: GenerationSettings, app: SamplingHost) -> None:
+        self.max_tokens = base.max_tokens
+        self.stop = base.stop
+        self._app = app
+        self._seed = app.sampling.seed
+        self._seen = self._pinned = app.sampling
+
+    @property
+    def sampling(self) -> SamplingParams:
+        live = self._app.sampling
+        if live is not self._seen:  # changed by F3: build the pinned copy once per change
+            pinned = live if live.seed == self._seed else dataclasses.replace(live, seed=self._seed)
+            self._seen, self._pinned = live, pinned
+        return self._pinned
+
+
+class GenerationMixin:
+    """Sending a message, running the reply in a worker, and showing its events as they come.
+
+    Owns the reply in flight: ``generating``, ``_reply_id`` (events of an older reply are
+    dropped), ``_cancel``, ``_current`` / ``_current_entry`` (its widget and transcript
+    entry), ``_live_stats``, the ``_pending`` / ``_panel_pending`` step queues, ``_forget_next``
+    (a new chat: the engine's caches start empty) and ``_editing`` (Ctrl+L). Relies on the
+    app's ``speculator``, ``transcript``, ``generation``, ``chat``, ``panel``, ``prompt``,
+    ``state``, ``_shown`` and ``_show_in_panel`` (ReplyViewMixin), ``_update_status``
+    (StatusMixin), ``action_save`` / ``_save_history`` (FilesMixin) and ``_swap_models``
+    (LoadingMixin).
+    """
+
+    def _init_generation(self) -> None:
+        self.generating = False
+        self._reply_id = 0
+        self._cancel = threading.Event()
+        self._current: AssistantMessage | None = None
+        self._current_entry: Entry | None = None
+        self._live_stats = AcceptanceStats()
+        self._pending: list[StepVerified] = []
+        self._panel_pending: list[StepVerified] = []
+        self._panel_at = 0.0  # time.monotonic() of the last timeline update
+        self._forget_next = False
+        self._editing: int | None = None  # entry index of the user message being edited
+
+    async def _send(self, text: str) -> None:
+        """Send a message typed in the input (Enter): it starts a reply, or a notice says why not."""
+        text = text.strip()
+        if not text:
+            return
+        if self.generating:
+            self.notify("A reply is still being generated: wait, or press Esc to stop it.", severity="warning")
+            return
+        if self.speculator is None:
+            hint = "they are still loading" if self.loading else "press F5 to load them"
+            self.notify(f"No models loaded: {hint}.", severity="warning")
+            return
+        if self._editing is not None:
+            await self._truncate(self._editing)
+            self._end_edit()
+        self.prompt.remember(text)
+        self.state.history = self.prompt.recall_list
+        self.state.save()
+        self.prompt.clear()
+        for w in self.chat.query(Welcome):
+            await w.remove()
+        entry = Entry("user", text)
+        self.transcript.entries.append(entry)
+        await self.chat.mount(UserMessage(entry))
+        await self._start_reply()
+
+    async def _start_reply(self) -> None:
+        messages = self.transcript.engine_messages()
+        entry = Entry("assistant", "")
+        msg = AssistantMessage(entry)
+        await self.chat.mount(msg)
+        self.chat.anchor()
+        self.chat.scroll_end(animate=False)
+        msg.start_stream()
+        self._current, self._current_entry = msg, entry
+        self._live_stats = AcceptanceStats()
+        self._pending, self._panel_pending = [], []
+        self._cancel = threading.Event()
+        self._reply_id += 1
+        self.generating = True
+        replies = list(self.chat.query(AssistantMessage))
+        for r in replies:
+            r.set_class(r is msg, "-shown")
+        self._shown = msg
+        self.panel.show_reply(f"reply {len(replies)} of {len(replies)} · generating…", [], self._live_stats)
+        self.refresh_bindings()
+        forget, self._forget_next = self._forget_next, False
+        self._generate(self._reply_id, messages, LiveGeneration(self.generation, self), self._cancel, forget)
+        self._update_status()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="generate", name="generate")
+    def _generate(
+        self, reply_id: int, messages: list[dict[str, str]], gen: Any, cancel: threading.Event, forget: bool
+    ) -> None:
+        spec = self.speculator
+        if forget:
+            spec.forget()
+        for ev in spec.run(messages, gen, cancel):
+            self.post_message(EngineEvent(reply_id, ev))
+
+    async def on_engine_event(self, msg: EngineEvent) -> None:
+        if msg.reply_id != self._reply_id or self._current_entry is None:
+            return
+        ev = msg.event
+        if isinstance(ev, StepVerified):
+            self._pending.append(ev)
+        elif isinstance(ev, ReplyStarted):
+            self._current_entry.events.append(ev)
+            self._n_ctx = ev.n_ctx
+            self._n_past = ev.n_prompt
+            self.panel.set_title(
+                f"reply {len(self.chat.query(AssistantMessage))} · prompt {ev.n_prompt} tok · "
+                f"target {ev.target_sync.label()} · prefill {ev.prefill_ms:.0f} ms"
+                + (f" · draft {ev.draft_sync.label()}" if ev.draft_sync.kind != "none" else "")
+            )
+            self._update_status()
+        elif isinstance(ev, ReplyFinished):
+            await self._flush_steps(final=True)
+            await self._finish_reply(ev)
+
+    async def _flush_steps(self, final: bool = False) -> None:
+        """Apply queued steps in one batch (20 Hz timer, and before a reply ends)."""
+        if self._current is None or self._current_entry is None:
+            return
+        if self._pending:
+            steps, self._pending = self._pending, []
+            self._current_entry.events.extend(steps)
+            for st in steps:
+                self._live_stats.add_step(
+                    len(st.proposed), st.n_accepted, st.n_committed,
+                    step_ms=st.sync_ms + st.draft_ms + st.verify_ms,
+                )  # fmt: skip
+            self._n_past = steps[-1].n_past_after
+            await self._current.append([s for st in steps for s in st.delta])
+            self._panel_pending += steps
+            self._update_status()
+        if self._panel_pending and (final or time.monotonic() - self._panel_at >= 1 / PANEL_HZ):
+            steps, self._panel_pending = self._panel_pending, []
+            self._panel_at = time.monotonic()
+            if self._shown is self._current:
+                self.panel.add_steps(steps, self._live_stats)
+
+    async def _finish_reply(self, fin: ReplyFinished) -> None:
+        msg, entry = self._current, self._current_entry
+        assert msg is not None and entry is not None
+        entry.events.append(fin)
+        entry.content = fin.text
+        self._n_past = fin.n_past
+        await msg.finish(fin, fin.text)
+        self.generating = False
+        self._current = self._current_entry = None
+        if fin.text or fin.reason not in ("error", "cancelled"):
+            self.transcript.entries.append(entry)
+            stats = reply_stats(entry.events)
+            self.session_stats.merge(stats)
+            self.panel.set_session(self.session_stats)
+            if self._shown is msg:
+                self._show_in_panel(msg)
+        else:
+            await msg.remove()
+        if fin.reason == "error":
+            from ..engine.rpc import speculator_lost
+
+            if speculator_lost(self.speculator):  # its RPC server is gone: F5 loads again once it is back
+                self.speculator = None
+            self.notify(fin.error or "generation failed", title="Generation failed", severity="error", timeout=10)
+        elif fin.reason == "cancelled":
+            self.notify("Stopped.", timeout=2)
+        elif fin.reason == "context_full":
+            self.notify(fin.error or "The context window is full: start a new chat (ctrl+n).", severity="warning")
+        self.refresh_bindings()
+        self._update_status()
+        if self.config.get("ui", "autosave") and entry in self.transcript.entries:
+            self.action_save(quiet=True)
+        self._save_history()
+        if self._switched is not None:  # models chosen in the picker loaded during this reply
+            self._swap_models()
+
+    async def _generate_failed(self, worker: Worker) -> None:
+        """The generate worker raised (an unexpected exception in the engine thread;
+        SkippyErrors arrive as ReplyFinished): end the reply with the error shown."""
+        if not self.generating:
+            return
+        error = worker.error
+        await self._flush_steps(final=True)
+        self.generating = False
+        if self._current is not None:
+            await self._current.fail(error)
+        self._current = self._current_entry = None
+        self.notify(f"{type(error).__name__}: {error}", title="Generation failed", severity="error")
+        self.refresh_bindings()
+
+    # -- stop, regenerate, edit ----------------------------------------------------------------
+
+    def action_stop(self) -> None:
+        if self.screen.query("HelpPanel"):  # the keys panel (palette: Keys) closes first, as dialogs do
+            self.action_hide_help_panel()
+        elif self.generating:
+            self._cancel.set()
+        elif self._editing is not None:
+            self._end_edit()
+            self.prompt.clear()
+
+    def _busy(self) -> bool:
+        if self.generating:
+            self.notify("Stop the reply first (Esc).", severity="warning")
+            return True
+        return False
+
+    async def _truncate(self, index: int) -> None:
+        """Drop entries ``index..`` and their widgets."""
+        dropped = self.transcript.entries[index:]
+        del self.transcript.entries[index:]
+        ids = {id(e) for e in dropped}
+        for w in list(self.chat.query(MessageWidget)):
+            if id(w.entry) in ids:
+                await w.remove()
+
+    async def action_regenerate(self) -> None:
+        if self._busy():
+            return
+        if self.speculator is None:
+            self.notify("No models loaded: press F5 to load them.", severity="warning")
+            return
+        entries = self.transcript.entries
+        if not entries:
+            self.notify("Nothing to regenerate yet.")
+            return
+        if entries[-1].role == "assistant":
+            await self._truncate(len(entries) - 1)
+        if not entries or entries[-1].role != "user":
+            self.notify("Nothing to regenerate yet.")
+            return
+        await self._start_reply()
+
+    def action_edit_last(self) -> None:
+        if self._busy():
+            return
+        idx = next((i for i in range(len(self.transcript.entries) - 1, -1, -1)
+                    if self.transcript.entries[i].role == "user"), None)  # fmt: skip
+        if idx is None:
+            self.notify("No message to edit yet.")
+            return
+        self._editing = idx
+        prompt = self.prompt
+        prompt.load_text(self.transcript.entries[idx].content)
+        prompt.move_cursor(prompt.document.end)
+        prompt.border_title = "editing your last message"
+        prompt.border_subtitle = "enter resends (the reply after it is replaced) · esc cancels"
+        prompt.add_class("-editing")
+        prompt.focus()
+
+    def _end_edit(self) -> None:
+        self._editing = None
+        prompt = self.prompt
+        prompt.border_title = "message"
+        prompt.border_subtitle = HINT
+        prompt.remove_class("-editing")

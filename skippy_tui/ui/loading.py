@@ -1,0 +1,221 @@
+"""Loading the models: F5 (after re-reading the config), and the picker's switch (F8).
+
+Both load in a thread worker through :func:`load_speculator`, which reports its
+stages as messages (``LoadProgress``, ``SwitchProgress``) and checks a cancel flag
+that quitting sets. A switch keeps the old pair answering until the new one is
+ready; a pair loaded during a reply takes over when that reply ends.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from typing import Any
+
+from textual import work
+from textual.widgets import Label, ProgressBar
+from textual.worker import Worker, WorkerState
+
+from ..config import ConfigError, config_path
+from ..engine.errors import SkippyError
+from .messages import LoadProgress
+from .model_picker import ModelChoice, SwitchFailedScreen, SwitchProgress, picker_for
+from .screens import ErrorScreen, how_to_fix
+
+
+class LoadingMixin:
+    """Loading and switching models for the app, and the error dialog a failed load shows.
+
+    Owns ``loading`` (F5's load is running), ``_load_cancel`` (quit sets it),
+    ``switching`` (the picker's choice while it loads) and ``_switched`` (that pair loaded,
+    waiting for the reply in flight to end). Relies on the app's ``config``, ``_reload_config``,
+    ``_config_read``, ``_sampling_read``, ``speculator``, ``owns_speculator``, ``sampling``,
+    ``generation``, ``transcript``, ``generating`` (GenerationMixin), ``_n_past`` / ``_n_ctx``,
+    ``_update_status`` (StatusMixin) and ``_snapshot_metadata`` (FilesMixin).
+    """
+
+    def _init_loading(self) -> None:
+        self.loading = False
+        self._load_cancel = threading.Event()  # quit during a load stops it (else exit waits for it)
+        self.switching: ModelChoice | None = None  # the pair the picker chose, while it loads
+        self._switched: Any = None  # that pair loaded, waiting for the reply in flight to end
+
+    def action_load_models(self) -> None:
+        if self.speculator is not None or self.loading:
+            return
+        if not self._reread_config():
+            return
+        try:
+            spec = self.config.engine_spec()
+        except ConfigError as e:
+            self._show_error("The config has a problem", e)
+            return
+        self.loading = True
+        self.query_one("#loading").display = True
+        self.query_one("#loading-label", Label).update("checking models…")
+        self.refresh_bindings()
+        self._load_cancel = threading.Event()
+        self._load(spec, self._load_cancel)
+
+    def _reread_config(self) -> bool:
+        """Read the config again before loading; what F3/F4 changed in this session stays on top.
+
+        Returns False (with the error dialog up) when it is still wrong.
+        """
+        if self._reload_config is None:
+            return True
+        try:
+            fresh = self._reload_config()
+            gen = fresh.generation()
+            fresh.engine_spec()  # bounds, before anything is replaced
+        except ConfigError as e:
+            self._show_error("The config still has a problem", e)
+            return False
+        for section, values in self.config.values.items():
+            for key, value in values.items():
+                if value != self._config_read[section][key]:  # changed in this session (F3 with no models, F4)
+                    fresh.values[section][key] = value
+        changed = fresh.values != self.config.values
+        self.config, self._config_read, self._config_error = fresh, copy.deepcopy(fresh.values), None
+        self.generation = gen
+        if self.sampling == self._sampling_read:  # not tuned in this session: the file's sampling
+            self.sampling = gen.sampling
+        self._sampling_read = gen.sampling
+        if changed:
+            self.notify(f"Settings re-read from {fresh.source or 'the defaults'}.", timeout=4)
+        return True
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="load", name="load")
+    def _load(self, spec: Any, cancel: threading.Event) -> Any:
+        from ..engine.loader import load_speculator
+
+        return load_speculator(spec, lambda stage, f: self.post_message(LoadProgress(stage, f)), cancel.is_set)
+
+    def on_load_progress(self, msg: LoadProgress) -> None:
+        if not self.loading:
+            return
+        self.query_one("#loading-label", Label).update(msg.stage)
+        self.query_one("#loading-bar", ProgressBar).update(progress=round(msg.fraction * 100))
+
+    def _loaded(self, speculator: Any) -> None:
+        self.speculator = speculator
+        self.loading = False
+        self.replay = False
+        self.query_one("#loading").display = False
+        self._n_ctx = speculator.n_ctx
+        self._n_past = speculator.n_past
+        self._update_status()
+        self.refresh_bindings()
+        if getattr(speculator, "no_rollback", ""):
+            self.notify(
+                speculator.no_rollback.capitalize() + ".", title="Plain decoding", severity="warning", timeout=10
+            )
+
+    def _load_changed(self, worker: Worker, state: WorkerState) -> None:
+        """The F5 load ended: the models are in use, or the error is shown (unless quit cancelled it)."""
+        if state == WorkerState.SUCCESS:
+            self.owns_speculator = True
+            self._loaded(worker.result)
+            self.notify("Models loaded. Type a message and press Enter.", timeout=4)
+            if worker.result.load_note:
+                self.notify(worker.result.load_note + ".", title="Context window", timeout=8)
+            inv = worker.result.invariance
+            if inv is not None and inv.note and worker.result.drafter is not None:
+                self.notify(inv.note, title="Verification is row by row", severity="warning", timeout=15)
+        elif state in (WorkerState.ERROR, WorkerState.CANCELLED):
+            self.loading = False
+            self.query_one("#loading").display = False
+            self.refresh_bindings()
+            if state == WorkerState.ERROR and not self._load_cancel.is_set():
+                self._show_error("Could not load the models", worker.error)
+
+    # -- the picker's switch (the picker and its logic: ui/model_picker.py) ------------------
+
+    def action_choose_models(self) -> None:
+        if self.generating:
+            self.notify("Models cannot change mid-reply: stop it (Esc) or let it end first.", severity="warning")
+            return
+        if self.loading or self.switching is not None:
+            self.notify("Models are loading: wait until they are ready.", severity="warning")
+            return
+        self.push_screen(picker_for(self), self._models_chosen)
+
+    def _models_chosen(self, choice: ModelChoice | None) -> None:
+        if choice is None:
+            return
+        try:
+            spec = choice.spec(self.config)
+        except ConfigError as e:
+            self._show_error("The config has a problem", e)
+            return
+        self.switching = choice
+        self._load_cancel = threading.Event()
+        self.query_one("#loading").display = True
+        keep = " (the current models answer meanwhile)" if self.speculator is not None else ""
+        self.query_one("#loading-label", Label).update(f"loading {choice.label}{keep}…")
+        self.query_one("#loading-bar", ProgressBar).update(progress=0)
+        self.refresh_bindings()
+        self._switch_models(spec, self._load_cancel)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="switch", name="switch")
+    def _switch_models(self, spec: Any, cancel: threading.Event) -> Any:
+        from ..engine.loader import load_speculator
+
+        return load_speculator(spec, lambda stage, f: self.post_message(SwitchProgress(stage, f)), cancel.is_set)
+
+    def on_switch_progress(self, msg: SwitchProgress) -> None:
+        if self.switching is not None and self._switched is None:
+            self.query_one("#loading-label", Label).update(f"{self.switching.label}: {msg.stage}")
+            self.query_one("#loading-bar", ProgressBar).update(progress=round(msg.fraction * 100))
+
+    def _switch_changed(self, worker: Worker, state: WorkerState) -> None:
+        """The picker's load ended: swap now (or after the reply in flight), or say it failed."""
+        choice = self.switching
+        if choice is None:
+            return
+        if state == WorkerState.SUCCESS:
+            self._switched = worker.result
+            if self.generating:  # a reply began during the load: it ends on the models it began with
+                self.query_one("#loading-label", Label).update(f"{choice.label} ready: switching after this reply")
+                self.notify(f"{choice.label} is ready: it takes over when this reply ends.", timeout=4)
+            else:
+                self._swap_models()
+        elif state in (WorkerState.ERROR, WorkerState.CANCELLED):
+            self.switching = None
+            self.query_one("#loading").display = False
+            self.refresh_bindings()
+            if state == WorkerState.ERROR and not self._load_cancel.is_set():
+                self.push_screen(
+                    SwitchFailedScreen(choice, worker.error, self.speculator is not None),
+                    lambda c: self.exit(return_code=1) if c == "quit" else None,
+                )
+
+    def _swap_models(self) -> None:
+        """Put the loaded pair in place of the old one (closed if this app loaded it)."""
+        new, choice = self._switched, self.switching
+        assert new is not None and choice is not None and not self.generating
+        old, owned = self.speculator, self.owns_speculator
+        choice.apply(self.config)
+        self._switched = self.switching = None
+        if old is not None:  # F3's k and p_min apply to the new pair too, where it can take them
+            try:
+                new.update(n_draft=old.speculation.n_draft, p_min=old.speculation.p_min)
+            except SkippyError:
+                pass
+        self.owns_speculator = True
+        self._loaded(new)
+        self._snapshot_metadata()  # the transcript's models are the ones its next replies come from
+        if old is not None and owned:  # the engine touches no native state after its last event
+            old.close()
+        chat = " The conversation stays: the next reply prefills it." if self.transcript.entries else ""
+        self.notify(f"Now on {choice.label}.{chat}", title="Models switched", timeout=5)
+
+    def _show_error(self, title: str, error: BaseException | None) -> None:
+        message = str(error) if isinstance(error, SkippyError) else f"{type(error).__name__}: {error}"
+        fix = how_to_fix(error, str(self.config.source or config_path())) if error else ""
+
+        def done(choice: str | None) -> None:
+            if choice == "quit":
+                self.exit(return_code=1)
+
+        self.push_screen(ErrorScreen(title, message, fix), done)

@@ -1,0 +1,368 @@
+"""The model picker: choose a target from the library, then its draft, and switch to them.
+
+Two steps in one dialog. Step 1 lists the library's models (``[library] dirs``,
+scanned in a thread worker, so a first scan of large vocabularies never blocks
+the UI); broken files are listed dimmed with the reason and cannot be chosen.
+Step 2 lists the drafts for that target: the compatible models (smallest
+first), "none" (plain decoding) and "n-gram only" (prompt lookup, no draft
+model), then the incompatible models dimmed with why. The dialog returns a
+:class:`ModelChoice`; the app loads it in the background while the current
+models keep answering, and swaps them only once the new pair is ready (see
+``SkippyApp.action_choose_models``).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Button, OptionList, Static
+from textual.widgets.option_list import Option
+from textual.worker import Worker, WorkerState
+
+from ..engine.errors import ModelFileError
+from ..library import DraftCandidate, LibraryEntry, draft_candidates, existing, human_params, human_size, scan
+from .render import model_label
+from .screens import ErrorScreen
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..engine.loader import EngineSpec
+
+DraftMode = Literal["model", "none", "ngram"]
+MODEL_SOURCES = ("auto", "model", "ngram+model")  # [speculation] source values that use a draft model
+NONE_ID, NGRAM_ID = "plain", "ngram"  # draft row ids; model rows are "t<i>" / "d<i>"
+
+
+LABEL_WIDTH = 40
+
+
+def label(e: LibraryEntry) -> str:
+    """File stem and quantization, as the status bar names a model (GGUF names often repeat)."""
+    return model_label(e.path, e.name, e.quantization, LABEL_WIDTH)
+
+
+def tidy(path: Path) -> str:
+    """A path as the user would write it: ``~/models/x.gguf`` under the home folder."""
+    try:
+        return "~/" + str(Path(path).relative_to(Path.home()))
+    except ValueError:
+        return str(path)
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """The pair chosen in the picker.
+
+    ``draft``: the draft model's file (``mode == "model"``), else ``None``;
+    ``mode``: ``"model"`` (speculate with ``draft``), ``"none"`` (plain decoding)
+    or ``"ngram"`` (n-gram drafting, no draft model). Names are for messages.
+    """
+
+    target: Path
+    target_name: str
+    mode: DraftMode = "none"
+    draft: Path | None = None
+    draft_name: str = ""
+
+    @property
+    def label(self) -> str:
+        """``Gemma 3 270m + SmolLM2 Q4_1``, ``… (plain decoding)``, ``… + n-gram drafting``."""
+        if self.mode == "model":
+            return f"{self.target_name} + {self.draft_name}"
+        return self.target_name + (" + n-gram drafting" if self.mode == "ngram" else " (plain decoding)")
+
+    def apply(self, cfg: Config) -> None:
+        """Set ``cfg``'s target path, draft path and enabled flag, and speculation source.
+
+        A draft model keeps a configured source that uses one (``auto``, ``model``,
+        ``ngram+model``), else ``auto``; "none" sets ``model`` (with no draft model
+        that is plain decoding: no n-gram fallback); "n-gram only" sets ``ngram``.
+        A new target drops ``[target] chat_template``: an override belongs to the
+        model it was written for. Only memory changes; the file is not rewritten.
+        """
+        if os.path.realpath(cfg.get("target", "path") or "") != os.path.realpath(self.target):
+            cfg.set("target", "chat_template", "")
+        cfg.set("target", "path", str(self.target))
+        cfg.set("draft", "path", str(self.draft) if self.mode == "model" and self.draft else "")
+        cfg.set("draft", "enabled", self.mode == "model")
+        if self.mode == "model":
+            current = cfg.get("speculation", "source")
+            cfg.set("speculation", "source", current if current in MODEL_SOURCES else "auto")
+        else:
+            cfg.set("speculation", "source", "ngram" if self.mode == "ngram" else "model")
+
+    def spec(self, cfg: Config) -> EngineSpec:
+        """What to load: ``cfg`` with this choice applied, on a copy (``cfg`` is unchanged).
+
+        Raises:
+            ConfigError: another key of the config is out of bounds.
+        """
+        trial = copy.deepcopy(cfg)
+        self.apply(trial)
+        return trial.engine_spec()
+
+
+class SwitchProgress(Message):
+    """Loading the chosen pair: ``stage`` (a short phrase) and ``fraction`` in [0, 1]."""
+
+    def __init__(self, stage: str, fraction: float) -> None:
+        super().__init__()
+        self.stage = stage
+        self.fraction = fraction
+
+
+class SwitchFailedScreen(ErrorScreen):
+    """The chosen pair did not load: what went wrong; the current models (if any) stay."""
+
+    def __init__(self, choice: ModelChoice, error: BaseException, have_models: bool) -> None:
+        from ..engine.errors import SkippyError
+
+        message = str(error) if isinstance(error, SkippyError) else f"{type(error).__name__}: {error}"
+        keep = "The models loaded before are still loaded and answer as before. " if have_models else ""
+        fix = (
+            f"{keep}Press F8 to pick another pair (broken files are listed with the reason), or replace the file "
+            "and pick it again."
+        )
+        super().__init__(f"Could not load {choice.label}", message, fix)
+        self.have_models = have_models
+
+    def on_mount(self) -> None:
+        if self.have_models:
+            self.query_one("#continue", Button).label = "Keep the current models"
+
+
+class ScanReading(Message):
+    """The scan reads a header that is not cached yet (seconds for a large vocabulary)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+
+class ModelPickerScreen(ModalScreen["ModelChoice | None"]):
+    """Choose a target, then a draft for it. Returns a :class:`ModelChoice`, or None (Esc).
+
+    ``dirs``: the library folders; ``cache_dir``: the header caches' root (see
+    :func:`library.scan`); ``current``: the loaded target and draft files, marked
+    in the lists.
+    """
+
+    DEFAULT_CSS = """
+    ModelPickerScreen #picker-state {
+        color: $text-muted;
+        margin: 0 0 1 0;
+    }
+    ModelPickerScreen #picker-list {
+        height: auto;
+        max-height: 20;
+    }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "Back / cancel")]
+
+    def __init__(self, dirs: list[Path], cache_dir: Path | None, current: tuple[Path | None, Path | None]) -> None:
+        super().__init__()
+        self.dirs = dirs
+        self.cache_dir = cache_dir
+        self.current = {os.path.realpath(p) for p in current if p is not None}
+        self.step: Literal["scanning", "target", "judging", "draft"] = "scanning"
+        self.entries: list[LibraryEntry] = []
+        self.target: LibraryEntry | None = None
+        self.candidates: list[DraftCandidate] = []
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog") as v:
+            v.styles.width = 120  # wider than other dialogs (the app's #dialog rule beats DEFAULT_CSS)
+            v.border_title = "Choose models · 1 of 2: target"
+            v.border_subtitle = "esc cancel"
+            yield Static("", id="picker-state", markup=False)
+            yield OptionList(id="picker-list", markup=False)
+
+    def on_mount(self) -> None:
+        found = existing(self.dirs)
+        if not found:
+            where = ", ".join(tidy(d) for d in self.dirs) or "nowhere"
+            self._state(f"No model folders found (looked in {where}). Set [library] dirs in the config file.")
+            self.step = "target"
+            return
+        self._state(f"scanning {self._folders(found)}…")
+        self._scan(found)
+
+    @staticmethod
+    def _folders(found: list[Path]) -> str:
+        return tidy(found[0]) if len(found) == 1 else f"{len(found)} folders ({', '.join(tidy(d) for d in found)})"
+
+    def _state(self, text: str) -> None:
+        self.query_one("#picker-state", Static).update(text)
+
+    @property
+    def options(self) -> OptionList:
+        return self.query_one("#picker-list", OptionList)
+
+    # -- step 1: the target -----------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="picker")
+    def _scan(self, found: list[Path]) -> list[LibraryEntry]:
+        return scan(found, self.cache_dir, on_read=lambda p: self.post_message(ScanReading(p)))
+
+    def on_scan_reading(self, msg: ScanReading) -> None:
+        if self.step == "scanning":
+            self._state(f"scanning… reading the header of {msg.path.name}")
+
+    @on(Worker.StateChanged)
+    def _worker_done(self, event: Worker.StateChanged) -> None:
+        worker, state = event.worker, event.state
+        if state == WorkerState.ERROR:  # a bug, not a bad file (scan never raises for those)
+            self.step = "target" if self.step == "scanning" else self.step
+            self._state(f"The library scan failed: {type(worker.error).__name__}: {worker.error}")
+        elif state != WorkerState.SUCCESS:
+            return
+        elif self.step == "scanning":
+            self.entries = worker.result
+            self._show_targets()
+        elif self.step == "judging":
+            info_error, candidates = worker.result
+            if info_error is not None:
+                name = label(self.target) if self.target else "That model"
+                self._show_targets(f"{name} cannot be read: {info_error}")
+            else:
+                self.candidates = candidates
+                self._show_drafts()
+
+    def _show_targets(self, note: str = "") -> None:
+        self.step = "target"
+        dialog = self.query_one("#dialog")
+        dialog.border_title = "Choose models · 1 of 2: target"
+        dialog.border_subtitle = "enter choose · esc cancel"
+        good = [e for e in self.entries if not e.broken]
+        broken = len(self.entries) - len(good)
+        found = existing(self.dirs)
+        summary = f"{len(good)} model{'s' if len(good) != 1 else ''} in {self._folders(found)}"
+        if broken:
+            summary += f" ({broken} broken: listed last, dimmed)"
+        if not good:
+            summary = f"No usable GGUF models in {self._folders(found)}." + (f" {broken} broken." if broken else "")
+        self._state(f"{note}\n{summary}" if note else summary)
+        ol = self.options
+        ol.clear_options()
+        ol.add_options([self._target_option(i, e) for i, e in enumerate(self.entries)])
+        if good:
+            index = self.entries.index(self.target) if self.target in good else 0
+            ol.highlighted = index
+        ol.focus()
+
+    def _target_option(self, i: int, e: LibraryEntry) -> Option:
+        if e.broken:
+            reason = (e.error or "").replace(f" {e.path}", "")  # the path is on the line below
+            row = Text(f"{label(e):<{LABEL_WIDTH}} broken: {reason}\n   {tidy(e.path)}", style="dim")
+            return Option(row, f"t{i}", disabled=True)
+        ctx = f"ctx {e.n_ctx_train}" if e.n_ctx_train else ""
+        row = Text(f"{label(e):<{LABEL_WIDTH}} {e.architecture:<10} {human_params(e.n_params):>6} ")
+        row.append(f"{human_size(e.size_bytes):>10}  {ctx:<10} {'' if e.has_template else 'no chat template'}")
+        if os.path.realpath(e.path) in self.current:
+            row.append("  (loaded)", style="bold")
+        row.append(f"\n   {e.name} · {tidy(e.path)}", style="dim")
+        return Option(row, f"t{i}")
+
+    # -- step 2: the draft ------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="picker")
+    def _judge(self, target: LibraryEntry) -> tuple[str | None, list[DraftCandidate]]:
+        from ..engine.gguf_info import cached_model_info
+
+        info_cache = self.cache_dir / "gguf-info" if self.cache_dir is not None else None
+        try:
+            info = cached_model_info(target.path, info_cache)
+        except ModelFileError as e:  # changed since the scan
+            return str(e), []
+        return None, draft_candidates(info, self.entries, self.cache_dir)
+
+    def _show_drafts(self) -> None:
+        assert self.target is not None
+        self.step = "draft"
+        dialog = self.query_one("#dialog")
+        dialog.border_title = f"Choose models · 2 of 2: draft for {label(self.target)}"
+        dialog.border_subtitle = "enter load · esc back to the targets"
+        good = [c for c in self.candidates if c.compatible]
+        bad = [c for c in self.candidates if not c.compatible]
+        self._state(
+            f"{len(good)} compatible draft model{'s' if len(good) != 1 else ''} (same tokenizer)"
+            + (f"; {len(bad)} cannot draft for it (dimmed, with the reason)" if bad else "")
+            + ". The conversation stays: the new models prefill it."
+        )
+        options: list[Option | None] = [self._draft_option(i, c) for i, c in enumerate(self.candidates) if c.compatible]
+        options.append(Option("none — plain decoding (the target alone)", NONE_ID))
+        options.append(Option("n-gram only — prompt lookup drafts, no draft model", NGRAM_ID))
+        if bad:
+            options.append(None)
+            options += [self._draft_option(i, c) for i, c in enumerate(self.candidates) if not c.compatible]
+        ol = self.options
+        ol.clear_options()
+        ol.add_options(options)
+        ol.highlighted = 0
+        ol.focus()
+
+    def _draft_option(self, i: int, c: DraftCandidate) -> Option:
+        e = c.entry
+        head = f"{label(e):<{LABEL_WIDTH}} {human_params(e.n_params):>6} {human_size(e.size_bytes):>10}"
+        if not c.compatible:
+            return Option(Text(f"{head}\n   {c.why_not}", style="dim"), f"d{i}", disabled=True)
+        row = Text(head)
+        if os.path.realpath(e.path) in self.current:
+            row.append("  (loaded)", style="bold")
+        row.append(f"\n   {e.name} · {tidy(e.path)}", style="dim")
+        return Option(row, f"d{i}")
+
+    # -- choosing ---------------------------------------------------------------------------
+
+    @on(OptionList.OptionSelected)
+    def _selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        oid = event.option.id or ""
+        if self.step == "target" and oid.startswith("t"):
+            self.target = self.entries[int(oid[1:])]
+            self.step = "judging"
+            self.options.clear_options()
+            self._state(f"checking which models can draft for {label(self.target)}…")
+            self._judge(self.target)
+        elif self.step == "draft" and self.target is not None:
+            t = self.target
+            if oid == NONE_ID:
+                self.dismiss(ModelChoice(t.path, label(t), "none"))
+            elif oid == NGRAM_ID:
+                self.dismiss(ModelChoice(t.path, label(t), "ngram"))
+            elif oid.startswith("d"):
+                d = self.candidates[int(oid[1:])].entry
+                self.dismiss(ModelChoice(t.path, label(t), "model", d.path, label(d)))
+
+    def action_back(self) -> None:
+        if self.step in ("draft", "judging") and self.entries:
+            self.workers.cancel_group(self, "picker")
+            self._show_targets()
+        else:
+            self.workers.cancel_group(self, "picker")
+            self.dismiss(None)
+
+
+def picker_for(app: Any) -> ModelPickerScreen:
+    """The picker on ``app``'s ``[library] dirs``, marking its loaded models."""
+    from ..config import cache_dir
+    from ..library import library_dirs
+
+    spec = app.speculator
+    current = (
+        spec.target_info.path if spec is not None and spec.target_info else None,
+        spec.draft_info.path if spec is not None and spec.draft_info else None,
+    )
+    return ModelPickerScreen(library_dirs(app.config.get("library", "dirs")), cache_dir(), current)

@@ -1,0 +1,132 @@
+"""The conversation on screen: the chat filled from the transcript, which reply the
+panel shows (a click, Alt+↑/↓), the step inspector, and copying a reply or code block."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..engine.events import StepVerified
+from ..engine.stats import AcceptanceStats
+from ..transcript import count, reply_stats
+from .chat import AssistantMessage, SystemNote, UserMessage, Welcome
+from .clipboard import CodeBlockScreen, code_blocks
+from .screens import InspectorScreen
+
+WELCOME = (
+    "Type a message below and press Enter. Replies stream here; the panel on the right shows every "
+    "speculation step: the draft's proposal, what the target accepted, and the token it added. "
+    "Select a step (Tab to the panel, then Enter) to inspect it. F1 explains the keys and the panel; "
+    "Ctrl+P lists every command."
+)
+
+
+class ReplyViewMixin:
+    """What the chat and the panel show, for the app.
+
+    Owns ``_shown`` (the reply whose steps the panel shows; None before the first).
+    Relies on the app's ``transcript``, ``session_stats``, ``chat``, ``panel`` and, for the
+    reply in flight, ``_current`` / ``_panel_pending`` (GenerationMixin).
+    """
+
+    def _init_reply_view(self) -> None:
+        self._shown: AssistantMessage | None = None  # reply shown in the panel
+
+    async def _show_transcript(self) -> None:
+        chat = self.chat
+        await chat.remove_children()
+        widgets: list[Any] = []
+        if self.transcript.system_prompt:
+            widgets.append(SystemNote(f"system: {self.transcript.system_prompt}", markup=False))
+        for e in self.transcript.entries:
+            widgets.append(AssistantMessage(e) if e.role == "assistant" else UserMessage(e))
+        if not self.transcript.entries:
+            widgets.append(Welcome(WELCOME, markup=False))
+        if widgets:
+            await chat.mount_all(widgets)
+        self.session_stats = AcceptanceStats()
+        for e in self.transcript.replies():
+            self.session_stats.merge(reply_stats(e.events))
+        self.panel.set_session(self.session_stats)
+        replies = list(chat.query(AssistantMessage))
+        if replies:
+            self._show_in_panel(replies[-1])
+        else:
+            self.panel.show_reply("no reply yet", [], AcceptanceStats())
+        chat.scroll_end(animate=False)
+
+    def _show_in_panel(self, msg: AssistantMessage) -> None:
+        replies = list(self.chat.query(AssistantMessage))
+        n = replies.index(msg) + 1 if msg in replies else len(replies)
+        for r in replies:
+            r.set_class(r is msg, "-shown")
+        self._shown = msg
+        steps = msg.entry.steps
+        title = f"reply {n} of {len(replies)} · {count(len(steps), 'step')}"
+        started = msg.entry.started
+        if started is not None:
+            title += f" · prompt {started.n_prompt} tok · target {started.target_sync.label()}"
+            if started.draft_sync.kind != "none":
+                title += f" · draft {started.draft_sync.label()}"
+        self.panel.show_reply(title, steps, reply_stats(msg.entry.events))
+
+    def _pick_reply(self, msg: AssistantMessage) -> None:
+        """Show ``msg``'s steps in the panel (a click, alt+↑/↓), the reply in flight included."""
+        if msg is self._shown:
+            return
+        self._show_in_panel(msg)
+        if msg is self._current:
+            self._panel_pending = []  # its entry holds every step flushed so far: shown now, not again
+
+    def _inspect_step(self, steps: list[StepVerified], index: int) -> None:
+        """Open the inspector on step ``index`` of ``steps`` (Enter on a panel row)."""
+        if steps:
+            started = self._shown.entry.started if self._shown is not None else None
+            self.push_screen(InspectorScreen(steps, index, started))
+
+    # -- the keyboard's way to pick and copy a reply -----------------------------------------
+
+    def action_show_reply(self, delta: int) -> None:
+        """Show the previous (-1) or next (+1) reply's steps in the panel: the keyboard's click on a reply."""
+        replies = list(self.chat.query(AssistantMessage))
+        if not replies:
+            self.notify("No reply yet.", timeout=2)
+            return
+        at = replies.index(self._shown) if self._shown in replies else len(replies) - 1
+        msg = replies[max(0, min(len(replies) - 1, at + delta))]
+        self._pick_reply(msg)
+        self.chat.scroll_to_widget(msg, animate=False)
+
+    def _reply_to_copy(self) -> tuple[int, str] | None:
+        """The reply the panel shows (or the last one): its number and text; None, with a notice, when none."""
+        replies = list(self.chat.query(AssistantMessage))
+        msg = self._shown if self._shown in replies else (replies[-1] if replies else None)
+        if msg is None or not msg.text:
+            self.notify("No reply to copy yet.", severity="warning", timeout=3)
+            return None
+        return replies.index(msg) + 1, msg.text
+
+    def action_copy_reply(self) -> None:
+        reply = self._reply_to_copy()
+        if reply is not None:
+            n, text = reply
+            self.copy_to_clipboard(text)
+            self.notify(f"Copied reply {n} ({count(len(text), 'character')}) to the clipboard.", timeout=3)
+
+    def action_copy_code(self) -> None:
+        reply = self._reply_to_copy()
+        if reply is None:
+            return
+        n, text = reply
+        blocks = code_blocks(text)
+
+        def copy(index: int | None) -> None:
+            if index is not None:
+                self.copy_to_clipboard(blocks[index][1])
+                self.notify(f"Copied code block {index + 1} of reply {n} to the clipboard.", timeout=3)
+
+        if not blocks:
+            self.notify(f"Reply {n} has no code block: alt+c copies the whole reply.", severity="warning")
+        elif len(blocks) == 1:
+            copy(0)
+        else:
+            self.push_screen(CodeBlockScreen(blocks, n), copy)

@@ -1,0 +1,197 @@
+"""The status bar: its fields, and how they give way on a narrow terminal.
+
+The fields are pure functions of a :class:`StatusState` (read from the app at one
+moment), so they are tested without an app or a model; :class:`StatusMixin` reads
+that state and puts the fitted line on the :class:`StatusBar`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from textual.widgets import Static
+
+from ..engine.sampling import SamplingParams
+from ..transcript import Entry
+from .render import Part, fit_parts, model_label
+
+STATUS_NAME_WIDTHS = (28, 22, 16, 12)  # model name widths the status bar tries, widest first
+SEPARATOR = " │ "
+
+
+class StatusBar(Static):
+    """Models, backend, context used, tokens/s, speculation state."""
+
+    def on_resize(self) -> None:
+        self.app._update_status()  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class StatusState:
+    """What the status bar shows, read from the app at one moment.
+
+    ``speculator`` is the loaded ``Speculator`` (its ``target_info``, ``draft_info``,
+    ``drafter``, ``speculation``, ``no_rollback``, ``invariance``, ``n_ctx`` and
+    ``verdict()`` are read) or None; ``backend`` is the ggml backend's name (read only
+    with models loaded). ``recorded`` is the transcript's ``models`` record (a replay).
+    """
+
+    speculator: Any
+    backend: str
+    n_past: int
+    n_ctx: int  # 0: not known yet (the speculator's own n_ctx is shown)
+    tokens_per_second: float
+    sampling: SamplingParams
+    recorded: Mapping[str, Any]
+    replay: bool
+    transcript_name: str  # the transcript file's name, or "transcript"
+    loading: bool
+    panel_shown: bool
+
+
+def model_field(role: str, path: Any, name: str, file_type: str, drop: float) -> Part:
+    """A model's status field, file stem and quantization (:func:`model_label`): the stem
+    shortens (down to 12 cells) before any field goes; the field goes at ``drop``."""
+    tail = len(file_type) + 1
+    forms = tuple(f"{role} {model_label(path, name, file_type, w + tail)}" for w in STATUS_NAME_WIDTHS)
+    return Part((*forms, ""), (0.1, 0.2, 0.3, drop))
+
+
+def sampling_status(s: SamplingParams) -> str:
+    """The sampler and temperature (``coupled T=0.8``, ``greedy``), a fixed seed, penalties."""
+    out = s.label()
+    if s.seed is not None:
+        out += f" seed {s.seed}"
+    if s.penalised:
+        out += " +penalties"
+    return out
+
+
+def last_tps(entries: Sequence[Entry]) -> float:
+    """Tokens/s of the last finished reply in ``entries``; 0.0 when none finished."""
+    for e in reversed(entries):
+        if e.finish is not None:
+            return e.finish.tokens_per_second
+    return 0.0
+
+
+def status_parts(st: StatusState) -> list[Part]:
+    """The status bar's fields in order; the ranks say which give way first (see fit_parts)."""
+    parts: list[Part] = []
+    spec = st.speculator
+    if spec is not None:
+        t, d = spec.target_info, spec.draft_info
+        parts.append(model_field("target", t.path, t.name, t.file_type, 7) if t else Part(("target ?", ""), (7,)))
+        if d is not None:
+            parts.append(model_field("draft", d.path, d.name, d.file_type, 5))
+        else:
+            parts.append(Part((f"draft: {spec.drafter.source}" if spec.drafter is not None else "no draft", ""), (5,)))
+        parts.append(Part((st.backend, ""), (1,)))
+        parts.append(Part((f"ctx {st.n_past}/{st.n_ctx or spec.n_ctx}", ""), (8,)))
+        parts.append(Part((f"{st.tokens_per_second:.1f} tok/s",)))
+        s = spec.speculation
+        on_ = s.enabled and spec.drafter is not None
+        state = f"spec {'on' if on_ else 'off'}" + (" (recurrent model)" if spec.no_rollback else "")
+        if on_:
+            parts.append(Part((f"{state} k={s.n_draft} p_min={s.p_min:g}", f"{state} k={s.n_draft}"), (9,)))
+        else:
+            parts.append(Part((state,)))
+        full, short = sampling_status(st.sampling), st.sampling.label()
+        parts.append(Part((full, short), (10,)) if full != short else Part((full,)))
+        verdict = spec.verdict() if on_ else None
+        if verdict is not None:
+            parts.append(Part((f"≈{verdict:.2f}× plain", ""), (6,)))
+        inv = spec.invariance
+        if on_ and inv is not None:
+            # verify batches longer than inv.rows are split to stay bit-exact
+            rows = "" if inv.rows is None else " ≤1 row" if inv.rows == 1 else f" ≤{inv.rows} rows"
+            parts.append(Part(("exact" + rows, ""), (2,)))
+        elif on_ and s.profile == "fast":
+            # flash attention + repacking, one verify batch: faster, identity approximate
+            parts.append(Part(("profile fast", ""), (2,)))
+        elif on_ and not s.exact:
+            # exact = false: one verify batch, unchecked; same-seed identity is approximate
+            parts.append(Part(("not exact", ""), (2,)))
+    else:
+        models = st.recorded
+        if st.replay or models:
+            parts.append(Part((f"replay {st.transcript_name}",)))
+            for role, drop in (("target", 7), ("draft", 5)):
+                m = models.get(role)
+                if m:
+                    parts.append(model_field(role, m.get("path"), m.get("name", "?"), m.get("file_type", ""), drop))
+            if models.get("backend"):
+                parts.append(Part((f"recorded on {models['backend']}", ""), (1,)))
+        if st.loading:
+            parts.append(Part(("loading models…",)))
+        else:
+            parts.append(Part(("no models loaded (f5 loads them)", "no models (f5)"), (4,)))
+    if not st.panel_shown:
+        parts.append(Part(("panel hidden (f6)", ""), (7.5,)))  # after the model names
+    return parts
+
+
+def model_descriptions(speculator: Any, recorded: Mapping[str, Any] | None) -> list[str]:
+    """One line per model in use (or ``recorded``, in a replay): role, short label, GGUF name, file."""
+    if speculator is not None:
+        infos = [("target", speculator.target_info), ("draft", speculator.draft_info)]
+        models = [(role, i.path, i.name, i.file_type) for role, i in infos if i is not None]
+    else:
+        recorded = recorded or {}
+        models = [
+            (role, m.get("path"), m.get("name", "?"), m.get("file_type", ""))
+            for role in ("target", "draft")
+            if isinstance(m := recorded.get(role), dict)
+        ]
+    return [
+        f"{role}: {model_label(path, name, ft, 80)} · {name!r} · {path or 'path not recorded'}"
+        for role, path, name, ft in models
+    ]
+
+
+class StatusMixin:
+    """The app's status bar: reads the app's state into a :class:`StatusState` and shows it fitted.
+
+    Relies on the app's ``speculator``, ``transcript``, ``transcript_path``, ``replay``,
+    ``loading``, ``generating``, ``sampling``, ``_n_past``, ``_n_ctx`` and ``_live_stats``
+    (the reply in flight), and its ``panel``.
+    """
+
+    def _status_state(self) -> StatusState:
+        spec = self.speculator
+        backend = ""
+        if spec is not None:
+            from ..engine.native_devices import backend_name
+            from ..engine.rpc import remote_label
+
+            backend = " + ".join(filter(None, (backend_name(), remote_label(spec))))  # + RPC0@host:port
+        tps = self._live_stats.tokens_per_second if self.generating else last_tps(self.transcript.entries)
+        return StatusState(
+            speculator=spec,
+            backend=backend,
+            n_past=self._n_past,
+            n_ctx=self._n_ctx,
+            tokens_per_second=tps,
+            sampling=self.sampling,
+            recorded=self.transcript.models or {},
+            replay=self.replay,
+            transcript_name=self.transcript_path.name if self.transcript_path else "transcript",
+            loading=self.loading,
+            panel_shown=bool(self.panel.display),
+        )
+
+    def _update_status(self) -> None:
+        bar = self.query_one(StatusBar)
+        width = bar.content_region.width or self.size.width - 2
+        # one line: the least useful fields shorten or go first; tok/s, speculation and sampling stay
+        bar.update(fit_parts(status_parts(self._status_state()), width, SEPARATOR))
+        bar.tooltip = "\n".join(self.model_descriptions()) or None
+
+    def model_descriptions(self) -> list[str]:
+        """One line per model in use (or recorded, in a replay): role, short label, GGUF name, file.
+
+        The status bar shows only the short label; this says which file it is.
+        """
+        return model_descriptions(self.speculator, self.transcript.models)

@@ -1,0 +1,488 @@
+"""The app in a person's hands: keyboard-only use, the help screen, inspector wording,
+the F3 dialog's messages and fields, copying, model labels (issue 12, faults 6–10).
+
+Driven on the committed transcript fixtures, no models loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from rich.text import Text
+from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
+
+from skippy_tui.cli import main
+from skippy_tui.transcript import Transcript
+from skippy_tui.ui.app import SkippyApp
+from skippy_tui.ui.chat import AssistantMessage
+from skippy_tui.ui.clipboard import code_blocks
+from skippy_tui.ui.render import model_label, visible
+from skippy_tui.ui.screens import InspectorScreen, TuneScreen, rejection_reason
+
+
+def replay_app(path: Path = CHAT_JSON) -> SkippyApp:
+    return SkippyApp(ui_config(), transcript=Transcript.load(path), transcript_path=path, load_models=False)
+
+
+async def _inspect(app: SkippyApp, pilot, row: int) -> InspectorScreen:
+    table = app.panel.timeline
+    table.focus()
+    table.move_cursor(row=row)
+    await pilot.press("enter")
+    return await wait_for_screen(pilot, app, InspectorScreen, 5)
+
+
+def _head(screen: InspectorScreen) -> str:
+    return str(screen.query_one("#inspect-head").render())
+
+
+# -- fault 7: inspector wording -------------------------------------------------------------
+
+
+def test_inspector_says_positions_after_the_first_rejection_were_not_checked() -> None:
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=SIZE) as pilot:
+            steps = app.panel.timeline.steps
+            # a step with at least two positions after its first rejection
+            idx = next(i for i, s in enumerate(steps) if s.n_accepted < len(s.proposed) - 2)
+            st = steps[idx]
+            head = _head(await _inspect(app, pilot, idx))
+            lines = [line for line in head.splitlines() if line.startswith("  d")]
+            verdicts = [line.rsplit("  ", 1)[1] for line in lines]
+            n_after = len(st.proposed) - st.n_accepted - 1
+            assert verdicts == ["accepted"] * st.n_accepted + ["rejected"] + ["not checked"] * n_after
+            # greedy: the rule is the target's most likely token
+            assert "why          greedy: a proposal is accepted while it is the target's most likely" in head
+            foot = str(app.screen.query_one("#inspect-foot").render())
+            assert f"the target's most likely token was {visible(st.committed.text)!r}" in foot
+
+    run(body())
+
+
+def test_inspector_at_temperature_says_the_coupled_rule_not_a_disagreement() -> None:
+    saved = Transcript.load(SAMPLED_JSON)
+
+    async def body() -> None:
+        app = replay_app(SAMPLED_JSON)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.click(app.query(AssistantMessage).first())
+            await wait_until(pilot, lambda: app.panel.timeline.steps == saved.entries[1].steps, 5, "reply 1 steps")
+            steps = saved.entries[1].steps
+            idx = next(i for i, s in enumerate(steps) if s.n_accepted < len(s.proposed))
+            screen = await _inspect(app, pilot, idx)
+            head = _head(screen)
+            chose = visible(steps[idx].committed.text)
+            assert "why          coupled sampling: a proposal is accepted while it equals the target's own draw" in head
+            assert f"argmax(log p + g); that draw was {chose!r}" in head
+            assert "most likely" not in head
+            foot = str(screen.query_one("#inspect-foot").render())
+            assert f"the target's draw (same noise) was {chose!r}" in foot
+
+    run(body())
+
+
+def test_rejection_reason_names_the_rule_that_applied() -> None:
+    reply = Transcript.load(SAMPLED_JSON).entries[1]
+    st = next(s for s in reply.steps if s.n_accepted < len(s.proposed))
+    q, p = st.proposed[st.n_accepted].prob, st.p_target
+    chose = repr(visible(st.committed.text))
+    rejection = {"temperature": 0.8, "sampler": "rejection"}
+    assert rejection_reason(st, rejection) == (
+        f"rejection sampling: accepted with probability min(1, p/q) = {min(1.0, p / q):.3f} and the draw fell "
+        f"above it; the target then drew {chose} from norm(max(0, p − q))"
+    )
+    # an n-gram proposal has no q: it is deterministic, q = 1
+    ngram = dataclasses.replace(
+        st,
+        draft_source="ngram",
+        proposed=tuple(dataclasses.replace(t, prob=None) for t in st.proposed),
+    )
+    assert f"min(1, p/q) = {min(1.0, p):.3f}" in rejection_reason(ngram, rejection)
+    assert "coupled sampling" in rejection_reason(st, {"temperature": 0.8, "sampler": "coupled"})
+    assert rejection_reason(st, {"temperature": 0.0, "sampler": "rejection"}).startswith("greedy:")
+    assert rejection_reason(st, {}).startswith("greedy:")  # not recorded: an old, greedy transcript
+
+
+# -- fault 8: the F3 dialog -------------------------------------------------------------------
+
+
+def test_tune_dialog_names_the_field_and_what_it_allows() -> None:
+    bad = [
+        (
+            "n_draft",
+            "abc",
+            "n_draft: 'abc' is not \"auto\" or a whole number; allowed: tokens per proposal (k): auto, or 1..4096",
+        ),
+        ("n_draft", "2.5", "n_draft: '2.5' is not \"auto\" or a whole number; allowed:"),
+        ("n_draft", "0", "n_draft = 0 is out of bounds; allowed: tokens per proposal (k): auto, or 1..4096"),
+        ("top_k", "-1", "top_k = -1 is out of bounds; allowed: keep the k most likely tokens: 0 = off, or k ≥ 1"),
+        ("top_p", "1.5", "top_p = 1.5 is out of bounds; allowed: nucleus: 0..1, 1 = off"),
+        ("min_p", "x", "min_p: 'x' is not a number; allowed: drop tokens below min_p × the top p: 0..1, 0 = off"),
+        ("max_tokens", "0", "max_tokens = 0 is out of bounds; allowed: reply length cap: 1..1048576"),
+        ("max_tokens", "many", "max_tokens: 'many' is not a whole number; allowed: reply length cap: 1..1048576"),
+    ]
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        before = (app.sampling, app.generation)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f3")
+            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
+            for key, value, message in bad:
+                field = screen.query_one(f"#{key}")
+                good, field.value = field.value, value
+                field.focus()
+                await pilot.press("enter")
+                assert app.screen is screen, key
+                shown = str(screen.query_one("#tune-error").render())
+                assert message in shown, (key, value, shown)
+                assert "invalid literal" not in shown
+                field.value = good
+            assert (app.sampling, app.generation) == before
+
+    run(body())
+
+
+def test_tune_dialog_sets_top_k_top_p_min_p_and_max_tokens() -> None:
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=8), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f3")
+            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
+            assert screen.query_one("#max_tokens").value == "8"
+            values = {"top_k": "7", "top_p": "0.5", "min_p": "0.1", "max_tokens": "33"}
+            for key, value in values.items():
+                screen.query_one(f"#{key}").value = value
+            await pilot.click("#apply")
+            await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "apply")
+            assert (app.sampling.top_k, app.sampling.top_p, app.sampling.min_p) == (7, 0.5, 0.1)
+            assert app.generation.max_tokens == 33
+            assert "max_tokens=33 from the next reply" in list(app._notifications)[-1].message
+            # the palette's own "Set …" entries open the dialog on their field
+            from skippy_tui.ui.commands import SkippyCommands
+
+            commands = {action: title for title, _, action in SkippyCommands(app.screen)._commands()}
+            for key in values:
+                assert commands[f"tune('{key}')"].startswith(f"Set {key}")
+                await app.run_action(f"tune('{key}')")
+                screen = await wait_for_screen(pilot, app, TuneScreen, 5)
+                assert app.focused is screen.query_one(f"#{key}"), key
+                assert screen.query_one(f"#{key}").value == values[key]
+                await pilot.press("escape")
+                await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "close")
+
+    run(body())
+
+
+# -- fault 10: names ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "name", "file_type", "width", "label"),
+    [
+        (
+            "/c/SmolLM2-135M-Instruct.F32.gguf",
+            "Smollm2 135M 8k Lc100K Mix1 Ep2",
+            "F32",
+            40,
+            "SmolLM2-135M-Instruct F32",
+        ),
+        ("/c/SmolLM2-135M-Instruct.Q4_1.gguf", "Smollm2 135M 8k Lc100K Mix1 Ep2", "Q4_1", 16, "SmolLM2-13… Q4_1"),
+        ("/m/qwen2.5-7b-instruct-q4_k_m-00001-of-00002.gguf", "Qwen", "Q4_K_M", 40, "qwen2.5-7b-instruct Q4_K_M"),
+        ("/m/model.gguf", "Some Model", "Q8_0", 40, "model Q8_0"),
+        (None, "Smollm2 135M", "F32", 40, "Smollm2 135M F32"),  # an old transcript: no path recorded
+    ],
+)
+def test_model_label_is_the_file_stem_and_quantization(path, name, file_type, width, label) -> None:
+    assert model_label(path, name, file_type, width) == label
+
+
+def test_status_bar_tells_target_and_draft_apart_and_the_tooltip_has_the_full_names() -> None:
+    saved = Transcript.load(CHAT_JSON).models
+
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=(200, 30)) as pilot:
+            await pilot.pause()
+            status = str(app.query_one("#status").render())
+            assert "target SmolLM2-135M-Instruct F32 │ draft SmolLM2-135M-Instruct Q4_1" in status
+            assert "Lc100K" not in status  # the GGUF's general.name, the same for both
+            tooltip = str(app.query_one("#status").tooltip)
+            for role in ("target", "draft"):
+                assert f"'{saved[role]['name']}' · {saved[role]['path']}" in tooltip
+        async with replay_app().run_test(size=(100, 30)) as pilot:  # narrow: shortened, still distinct
+            await pilot.pause()
+            status = str(pilot.app.query_one("#status").render())
+            assert "… F32 │ draft SmolLM2" in status and "… Q4_1 │" in status
+
+    run(body())
+
+
+def test_cli_help_says_no_command_opens_the_app_and_where_keys_are(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines: compare words
+    assert "With no COMMAND, skippy-tui opens the app (the chat) on the configured models" in out
+    assert "F1 lists every key and explains the panel" in out and "Ctrl+P" in out
+    assert "commands (none: open the app)" in out
+
+
+# -- fault 6: keyboard only, help ---------------------------------------------------------------
+
+
+def _shown(app: SkippyApp) -> list[bool]:
+    return [r.has_class("-shown") for r in app.query(AssistantMessage)]
+
+
+def test_keyboard_picks_the_reply_the_panel_shows() -> None:
+    saved = Transcript.load(CHAT_JSON)
+
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=SIZE) as pilot:
+            assert _shown(app) == [False, True]  # the last reply, as opened
+            await pilot.press("alt+up")
+            await wait_until(pilot, lambda: app.panel.timeline.steps == saved.entries[1].steps, 5, "reply 1 steps")
+            assert _shown(app) == [True, False] and "reply 1 of 2" in str(app.query_one("#panel-title").render())
+            await pilot.press("alt+up")  # the first stays
+            assert _shown(app) == [True, False]
+            await pilot.press("alt+down")
+            await wait_until(pilot, lambda: app.panel.timeline.steps == saved.entries[3].steps, 5, "reply 2 steps")
+            assert _shown(app) == [False, True]
+            # the palette has both, with their keys
+            from skippy_tui.ui.commands import SkippyCommands
+
+            titles = {action: title for title, _, action in SkippyCommands(app.screen)._commands()}
+            assert titles["show_reply(-1)"] == f"Show previous reply  ({app.key_for('show_reply(-1)')})"
+            assert titles["show_reply(1)"] == f"Show next reply  ({app.key_for('show_reply(1)')})"
+            assert app.key_for("show_reply(-1)") != app.key_for("show_reply(1)")
+            await app.run_action("show_reply(-1)")
+            assert _shown(app) == [True, False]
+
+    run(body())
+
+
+def test_typing_while_the_panel_or_the_chat_has_focus_goes_to_the_input() -> None:
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=SIZE) as pilot:
+            app.panel.timeline.focus()
+            await pilot.pause()
+            await pilot.press("h", "i", "space")
+            assert app.focused is app.prompt and app.prompt.text == "hi "
+            app.chat.focus()
+            await pilot.pause()
+            await pilot.press("y", "o")
+            assert app.focused is app.prompt and app.prompt.text == "hi yo"
+            # keys the panel uses still work there
+            timeline = app.panel.timeline
+            timeline.focus()
+            timeline.move_cursor(row=0)
+            await pilot.press("down")
+            assert app.focused is timeline and timeline.cursor_row == 1 and app.prompt.text == "hi yo"
+
+    run(body())
+
+
+def test_esc_closes_the_keys_panel() -> None:
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=SIZE) as pilot:
+            app.action_show_help_panel()  # the palette's "Keys" command
+            await wait_until(pilot, lambda: bool(app.screen.query("HelpPanel")), 5, "the keys panel")
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not app.screen.query("HelpPanel"), 5, "the keys panel to close")
+
+    run(body())
+
+
+def test_f1_help_lists_the_keys_the_panel_columns_badges_and_colours() -> None:
+    from skippy_tui.ui.help import HelpScreen
+    from skippy_tui.ui.panel import COLUMNS
+
+    saved = Transcript.load(CHAT_JSON).models
+
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f1")
+            screen = await wait_for_screen(pilot, app, HelpScreen, 5)
+            text = screen.plain(200)
+            lines = text.splitlines()
+            keys = {k for line in lines for k in line.strip().split("  ")[0].split(" / ")}  # the key column
+            # every app binding, with its keys
+            for b in app.BINDINGS:
+                for key in b.key.split(","):
+                    assert key.replace("escape", "esc").replace("up", "↑").replace("down", "↓") in keys, key
+            for key in ("alt+c", "alt+k", "alt+↑", "alt+↓", "ctrl+p", "tab", "shift+tab"):
+                assert key in keys, key
+            for label, _ in COLUMNS:  # every column of the panel is explained
+                assert any(line.strip().startswith(label + " ") for line in lines), label
+            for badge in ("synced", "extend a..b", "truncate k→b", "reset 0..b", "plain"):
+                assert any(line.strip().startswith(badge) for line in lines), badge
+            assert "≈N× plain  " in text and "over plain decoding" in " ".join(text.split())
+            for role in ("target", "draft"):  # the full names the status bar shortens
+                assert f"'{saved[role]['name']}'" in text and saved[role]["path"] in " ".join(text.split())
+            # the legend is drawn in the colours the origin view uses
+            reply = app.query(AssistantMessage).first()
+            legend = screen.text()
+            spans = {}
+            for part in legend.renderables:
+                inner = getattr(part, "renderable", part)
+                if isinstance(inner, Text):
+                    for span in inner.spans:
+                        spans[inner.plain[span.start : span.end]] = span.style
+            assert (
+                spans["a draft token the target accepted"].color
+                == reply.get_component_rich_style("origin--draft").color
+            )
+            assert (
+                spans["a token the target chose itself"].color == reply.get_component_rich_style("origin--target").color
+            )
+            await pilot.press("f1")
+            await wait_until(pilot, lambda: not isinstance(app.screen, HelpScreen), 5, "f1 to close help")
+            await pilot.press("f1")
+            await wait_for_screen(pilot, app, HelpScreen, 5)
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not isinstance(app.screen, HelpScreen), 5, "esc to close help")
+
+    run(body())
+
+
+# -- fault 9: copy ------------------------------------------------------------------------------
+
+TWO_BLOCKS = "Two ways:\n\n```python\nprint(1)\n```\n\nor\n\n~~~sh\necho 1\nls\n~~~\n"
+
+
+def test_code_blocks_are_found_as_the_chat_renders_them() -> None:
+    assert code_blocks(TWO_BLOCKS) == [("python", "print(1)\n"), ("sh", "echo 1\nls\n")]
+    assert code_blocks("no code, `inline` is not a block") == []
+    assert code_blocks("text\n\n    indented = 1\n") == [("", "indented = 1\n")]
+
+
+def test_copy_the_shown_reply_or_one_of_its_code_blocks() -> None:
+    from skippy_tui.ui.clipboard import CodeBlockScreen
+
+    transcript = Transcript.load(CHAT_JSON)
+    transcript.entries[3].content = TWO_BLOCKS
+    one_block = transcript.entries[1].content + "\n\n```\nx = 1\n```\n"
+    transcript.entries[1].content = one_block
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(), transcript=transcript, transcript_path=CHAT_JSON, load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("alt+c")  # the shown reply: the last
+            assert app.clipboard == TWO_BLOCKS
+            assert "Copied reply 2" in list(app._notifications)[-1].message
+            await pilot.press("alt+k")  # two blocks: pick one
+            screen = await wait_for_screen(pilot, app, CodeBlockScreen, 5)
+            assert [str(o.prompt) for o in screen.query_one("#blocks").options] == [
+                "1. python · print(1) · 1 line",
+                "2. sh · echo 1 · 2 lines",
+            ]
+            await pilot.press("down", "enter")
+            await wait_until(pilot, lambda: not isinstance(app.screen, CodeBlockScreen), 5, "the picker to close")
+            assert app.clipboard == "echo 1\nls\n"
+            await pilot.press("alt+up")  # reply 1 in the panel: its one block is copied at once
+            await pilot.press("alt+k")
+            assert app.clipboard == "x = 1\n" and not isinstance(app.screen, CodeBlockScreen)
+            # from the palette too
+            from skippy_tui.ui.commands import SkippyCommands
+
+            titles = {action: title for title, _, action in SkippyCommands(app.screen)._commands()}
+            assert titles["copy_reply"] == "Copy reply  (alt+c)"
+            assert titles["copy_code"] == "Copy code block  (alt+k)"
+            await app.run_action("copy_reply")
+            assert app.clipboard == one_block
+
+    run(body())
+
+
+def test_copy_with_no_reply_says_so() -> None:
+    async def body() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("alt+c")
+            await pilot.press("alt+k")
+            assert app.clipboard == ""
+            assert [n.message for n in app._notifications][-2:] == ["No reply to copy yet."] * 2
+
+    run(body())
+
+
+def test_help_screen_snapshot(snap_compare) -> None:
+    from skippy_tui.ui.help import HelpScreen
+
+    async def run_before(pilot) -> None:
+        pilot.app.query_one("PromptInput").cursor_blink = False
+        await pilot.press("f1")
+        await wait_for_screen(pilot, pilot.app, HelpScreen, 10)
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause()
+
+    assert snap_compare(replay_app(), terminal_size=SIZE, run_before=run_before)
+
+
+# -- on the real models ----------------------------------------------------------------------
+
+
+def test_max_tokens_from_f3_caps_the_next_reply_and_alt_arrows_work_mid_reply(
+    speculator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """F3's max_tokens applies to the next reply; switching the panel away from a reply in flight and back
+    shows each of its steps once."""
+    from test_app_live import Paced, _reply, _send
+
+    import skippy_tui.ui.generation as generation_module
+
+    # timeline rows every 5 s: the steps queued for the panel while reply 1 is shown are still queued
+    # when the reply in flight is shown again
+    monkeypatch.setattr(generation_module, "PANEL_HZ", 0.2)
+    speculator.update(n_draft=4, source="model")
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=16), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f3")
+            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
+            screen.query_one("#max_tokens").value = "3"
+            await pilot.click("#apply")
+            await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "apply")
+            fin = await _reply(app, pilot, "Describe the sea in three long sentences.")
+            assert (fin.reason, fin.n_tokens) == ("max_tokens", 3)
+            await pilot.press("f3")  # back to a longer reply, for several steps below
+            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
+            assert screen.query_one("#max_tokens").value == "3"
+            screen.query_one("#max_tokens").value = "24"
+            await pilot.click("#apply")
+            await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "apply")
+            paced = Paced(speculator)
+            app.speculator = paced
+            try:
+                app.prompt.focus()
+                await _send(app, pilot, "Write a haiku about the sea.")
+                entry = app._current_entry
+                await wait_until(pilot, lambda: len(entry.steps) >= 1, 120, "the first step")
+                await pilot.press("alt+up")
+                await wait_until(pilot, lambda: _shown(app) == [True, False], 5, "reply 1 in the panel")
+                paced.go.release()  # a step while reply 1 is shown: it must not land in reply 1's panel
+                await wait_until(pilot, lambda: len(entry.steps) >= 2 or not app.generating, 120, "the second step")
+                assert app.panel.timeline.steps == app.transcript.entries[1].steps
+                await pilot.press("alt+down")
+                await wait_until(pilot, lambda: _shown(app) == [False, True], 5, "the reply in flight in the panel")
+                assert app.panel.timeline.steps == entry.steps  # every step so far
+                paced.go.release()  # one more step; the engine then waits, so the reply is still in flight
+                timeline = app.panel.timeline
+                await wait_until(pilot, lambda: timeline.row_count > 2 or not app.generating, 30, "the next row")
+                assert app.generating and len(entry.steps) == 3
+                assert timeline.steps == entry.steps  # each step once
+            finally:
+                paced.free()
+            await wait_until(pilot, lambda: not app.generating, 240, "the reply to finish")
+            assert app.panel.timeline.steps == entry.steps
+
+    run(body())

@@ -1,0 +1,286 @@
+"""The chat history in the app: saved after each reply on the real pair, listed by F9,
+opened to continue, renamed, deleted (asked first), filtered; off with --no-history.
+
+Chats for the dialog-only tests are real transcripts (the recorded fixtures and
+small ones built here) saved into the isolated user data dir.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
+
+from skippy_tui.cli import build_parser
+from skippy_tui.cli_common import config_from_args
+from skippy_tui.config import data_dir
+from skippy_tui.history import HistoryStore
+from skippy_tui.transcript import Entry, Transcript
+from skippy_tui.ui.app import SkippyApp
+from skippy_tui.ui.chat import AssistantMessage, UserMessage
+from skippy_tui.ui.history_screen import ConfirmDeleteScreen, HistoryScreen, RenameScreen
+
+
+def _store() -> HistoryStore:
+    return HistoryStore(data_dir() / "history")
+
+
+def _seed() -> dict[str, Path]:
+    """Three chats in the history, with fixed times (newest: paris)."""
+    store = _store()
+    chats = {
+        "haiku": (Transcript.load(CHAT_JSON), 1_700_000_000),
+        "sampled": (Transcript.load(SAMPLED_JSON), 1_700_100_000),
+        "paris": (
+            Transcript(entries=[Entry("user", "Tell me about Paris"), Entry("assistant", "The capital of France.")]),
+            1_700_200_000,
+        ),
+    }
+    paths = {}
+    for name, (transcript, mtime) in chats.items():
+        path = store.folder / f"chat-{name}.json"
+        store.save(transcript, path)
+        os.utime(path, (mtime, mtime))
+        paths[name] = path
+    return paths
+
+
+def _idle_app(**ui: object) -> SkippyApp:
+    """The app with no models (nothing to load): enough for the dialog."""
+    return SkippyApp(ui_config(ui=ui) if ui else ui_config(), load_models=False)
+
+
+async def _open_history(app: SkippyApp, pilot) -> HistoryScreen:
+    await pilot.press("f9")
+    return await wait_for_screen(pilot, app, HistoryScreen, 10)
+
+
+def _titles(screen: HistoryScreen) -> list[str]:
+    return [e.title for e in screen.shown]
+
+
+async def _reply(app: SkippyApp, pilot, text: str) -> None:
+    n = len(app.transcript.entries)
+    app.prompt.load_text(text)
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: not app.generating and len(app.transcript.entries) == n + 2, 240, "the reply")
+
+
+def test_a_reply_is_saved_in_the_history_and_opening_it_continues_it(speculator) -> None:
+    """Reply → the chat is in the history (one file for its life); Ctrl+N asks nothing (it is
+    kept); F9 → Enter restores the conversation, and the next reply goes into the same file."""
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=6), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            await _reply(app, pilot, "Name a colour.")
+            [entry] = _store().list()
+            assert entry.title == "Name a colour." and entry.turns == 1
+            assert [m.file_type for m in entry.models] == ["F32", "Q4_1"]
+            assert app.history_path == entry.path and app.chat_is_kept()
+            said = [(e.role, e.content) for e in app.transcript.entries]
+            assert Transcript.load(entry.path).entries[-1].content == said[-1][1]
+
+            await pilot.press("ctrl+n")  # kept in the history: cleared at once, no dialog
+            await wait_until(pilot, lambda: not app.transcript.entries, 10, "the new chat")
+            assert app.history_path is None
+
+            screen = await _open_history(app, pilot)
+            assert _titles(screen) == ["Name a colour."]
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: len(app.transcript.entries) == 2, 10, "the chat to open")
+            assert [(e.role, e.content) for e in app.transcript.entries] == said
+            assert len(app.query(UserMessage)) == 1 and len(app.query(AssistantMessage)) == 1
+            assert app.history_path == entry.path and app.transcript_path is None
+
+            await _reply(app, pilot, "Name another one.")  # continued with the loaded models
+            [again] = _store().list()
+            assert again.path == entry.path and again.turns == 2
+            assert len(list(_store().folder.glob("chat-*.json"))) == 1
+
+    run(body())
+
+
+def test_no_history_flag_writes_nothing(speculator) -> None:
+    args = build_parser().parse_args(["--no-history", "--max-tokens", "4"])
+    config = config_from_args(args)
+    config.set("target", "threads", 1)
+    config.set("target", "threads_batch", 1)
+
+    async def body() -> None:
+        app = SkippyApp(config, speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            await _reply(app, pilot, "Name a colour.")
+            assert app.history_path is None and not app.chat_is_kept()
+            await pilot.press("f9")  # says it is off instead of opening an empty list
+            await wait_until(pilot, lambda: any("history is off" in n.message for n in app._notifications), 5, "")
+            assert not isinstance(app.screen, HistoryScreen)
+
+    run(body())
+    assert not (data_dir() / "history").exists()
+
+
+def test_open_from_the_history_restores_the_conversation() -> None:
+    paths = _seed()
+
+    async def body() -> None:
+        app = _idle_app()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await _open_history(app, pilot)
+            assert _titles(screen) == [
+                "Tell me about Paris",
+                "Write a haiku about the sea.",  # the sampled fixture's first message
+                "Write a haiku about the sea.",
+            ]
+            await pilot.press("down", "down", "enter")  # the oldest: the recorded haiku chat
+            await wait_until(pilot, lambda: app.history_path == paths["haiku"], 10, "the chat to open")
+            assert app.transcript == Transcript.load(CHAT_JSON)
+            assert len(app.query(AssistantMessage)) == 2
+            assert app.panel.timeline.row_count > 0  # its recorded steps are in the panel
+
+    run(body())
+
+
+def test_filter_narrows_the_list_and_enter_opens_the_match() -> None:
+    paths = _seed()
+
+    async def body() -> None:
+        app = _idle_app()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await _open_history(app, pilot)
+            await pilot.press(*"capital")  # typed in the list: it goes to the filter
+            await wait_until(pilot, lambda: len(screen.shown) == 1, 5, "the filter")
+            assert _titles(screen) == ["Tell me about Paris"]  # matched in the reply's text
+            assert screen.query_one("#history-count").render().plain == "1 of 3 chats match"
+            await pilot.press("ctrl+a", "ctrl+k", *"2+2")
+            await wait_until(pilot, lambda: len(screen.shown) == 1, 5, "the filter")
+            assert screen.shown[0].path == paths["haiku"]
+            await pilot.press("ctrl+a", "ctrl+k", *"nothing like this")
+            await wait_until(pilot, lambda: not screen.shown, 5, "an empty list")
+            await pilot.press("enter")  # nothing to open: the dialog stays
+            assert app.screen is screen
+            await pilot.press("ctrl+a", "ctrl+k", *"paris", "enter")
+            await wait_until(pilot, lambda: app.history_path == paths["paris"], 10, "the chat to open")
+            assert app.transcript.entries[0].content == "Tell me about Paris"
+
+    run(body())
+
+
+def test_rename_keeps_the_new_title_in_the_file_and_the_list() -> None:
+    paths = _seed()
+
+    async def body() -> None:
+        app = _idle_app()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await _open_history(app, pilot)
+            await pilot.press("r")
+            rename = await wait_for_screen(pilot, app, RenameScreen, 5)
+            await pilot.press(*"Paris notes", "enter")
+            await wait_until(pilot, lambda: app.screen is screen, 5, "the rename dialog to close")
+            await wait_until(pilot, lambda: "Paris notes" in _titles(screen), 5, "the new title")
+            assert screen.highlighted is not None and screen.highlighted.path == paths["paris"]
+            assert rename.is_attached is False
+            # Esc in the rename dialog changes nothing
+            await pilot.press("r")
+            await wait_for_screen(pilot, app, RenameScreen, 5)
+            await pilot.press(*" (draft)", "escape")
+            await wait_until(pilot, lambda: app.screen is screen, 5, "cancel")
+        assert Transcript.load(paths["paris"]).title == "Paris notes"
+        assert next(e.title for e in _store().list()) == "Paris notes"
+
+    run(body())
+
+
+def test_delete_asks_first_and_removes_both_files() -> None:
+    paths = _seed()
+
+    async def body() -> None:
+        app = _idle_app()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await _open_history(app, pilot)
+            await pilot.press("d")
+            await wait_for_screen(pilot, app, ConfirmDeleteScreen, 5)
+            await pilot.press("escape")  # kept
+            await wait_until(pilot, lambda: app.screen is screen, 5, "cancel")
+            assert paths["paris"].exists() and len(screen.shown) == 3
+            await pilot.press("delete")
+            confirm = await wait_for_screen(pilot, app, ConfirmDeleteScreen, 5)
+            assert "chat-paris.json" in str(confirm.query_one("#delete-message").render())
+            await pilot.press("y")
+            await wait_until(pilot, lambda: len(screen.shown) == 2, 5, "the row to go")
+            assert "Tell me about Paris" not in _titles(screen)
+        assert not paths["paris"].exists() and not paths["paris"].with_suffix(".md").exists()
+        assert paths["haiku"].exists()
+
+    run(body())
+
+
+def test_a_broken_chat_is_listed_with_its_reason_and_not_opened() -> None:
+    _seed()
+    (_store().folder / "chat-broken.json").write_text('{"format": "skippy-tui-transcript", "messages": [')
+
+    async def body() -> None:
+        app = _idle_app()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await _open_history(app, pilot)
+            broken = screen.shown[0]  # written last: the newest
+            assert broken.broken and broken.title == "chat-broken.json"
+            assert "broken: not JSON" in str(screen.table.get_cell_at((0, 3)))
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: any(n.title == "Cannot open this chat" for n in app._notifications), 5, "")
+            assert app.screen is screen and app.history_path is None
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not isinstance(app.screen, HistoryScreen), 5, "the dialog to close")
+
+    run(body())
+
+
+def test_a_failing_history_save_is_told_once_and_the_chat_goes_on() -> None:
+    blocker = data_dir() / "history"
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("a file where the history folder should be")
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(), transcript=Transcript.load(CHAT_JSON), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            app.transcript.system_prompt = "Be brief."  # an edit: saved into the history
+            assert app._save_history() is False
+            assert app._save_history() is False
+
+            def notes() -> list:
+                return [n for n in app._notifications if n.title == "Chat history not saved"]
+
+            await wait_until(pilot, lambda: bool(notes()), 5, "the notice")
+            await pilot.pause(0.2)
+            assert len(notes()) == 1 and "cannot write transcript" in notes()[0].message
+            assert app.is_running and len(app.transcript.entries) == 4
+
+    run(body())
+
+
+def test_history_screen_snapshot(snap_compare, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    paths = _seed()
+    store = _store()
+    store.rename(paths["sampled"], "A renamed chat")
+    os.utime(paths["sampled"], (1_700_100_000, 1_700_100_000))
+    (store.folder / "chat-broken.json").write_text("{}")
+    os.utime(store.folder / "chat-broken.json", (1_690_000_000, 1_690_000_000))
+
+    async def run_before(pilot) -> None:
+        await _open_history(pilot.app, pilot)
+        for field in pilot.app.screen.query("Input"):
+            field.cursor_blink = False
+        pilot.app.query_one("PromptInput").cursor_blink = False
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause()
+
+    try:
+        assert snap_compare(_idle_app(), terminal_size=SIZE, run_before=run_before)
+    finally:
+        monkeypatch.undo()
+        time.tzset()

@@ -1,0 +1,334 @@
+"""The model picker (F8): choose a target from the library, then its draft; the app
+switches to the pair without a restart and keeps the conversation.
+
+The library is a temporary folder of links to the real test models (SmolLM2 F32
+and Q4_1, Gemma 3 270M), plus, where a test needs them, a truncated file (listed
+broken) and a file whose header reads fine but llama.cpp refuses to load. Live
+tests switch the shared default pair to Gemma alone (plain decoding) and run
+replies of a few tokens.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from ui_helpers import CHAT_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
+
+from skippy_tui.config import Config
+from skippy_tui.engine import loader
+from skippy_tui.engine.chat import prompt_tokens
+from skippy_tui.engine.events import StepVerified
+from skippy_tui.transcript import Transcript
+from skippy_tui.ui.app import SkippyApp
+from skippy_tui.ui.chat import UserMessage
+from skippy_tui.ui.model_picker import NGRAM_ID, NONE_ID, ModelChoice, ModelPickerScreen, SwitchFailedScreen
+
+GEMMA_NAME = "Gemma 3 270m"  # general.name of the Gemma fixture, as the library lists it
+
+
+def write_unloadable(path: Path) -> None:
+    """A GGUF whose header is complete (architecture, vocabulary, a layer) but that has
+    none of the weights or hyperparameters llama.cpp needs: the scan lists it, the load fails."""
+    from gguf import GGUFWriter
+
+    w = GGUFWriter(str(path), arch="llama")
+    w.add_name("half-downloaded")
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(["a", "b", "c"])
+    w.add_tensor("blk.0.attn_q.weight", np.ones((4, 8), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.fixture
+def library(tmp_path: Path, smollm2_f32: Path, smollm2_q4_1: Path, gemma3_270m: Path) -> Path:
+    """``tmp/models``: links to the three real models and a truncated copy of the Q4_1."""
+    lib = tmp_path / "models"
+    lib.mkdir()
+    for model in (smollm2_f32, smollm2_q4_1, gemma3_270m):
+        (lib / model.name).symlink_to(model)
+    with smollm2_q4_1.open("rb") as src:
+        (lib / "truncated.gguf").write_bytes(src.read(2_000_000))  # cut inside the vocabulary
+    return lib
+
+
+def _config(lib: Path, **sections: dict[str, Any]) -> Config:
+    return ui_config(max_tokens=6, library={"dirs": [str(lib)]}, **sections)
+
+
+def _status(app: SkippyApp) -> str:
+    return str(app.query_one("#status").render())
+
+
+def _rows(picker: ModelPickerScreen) -> list[tuple[str, bool, str]]:
+    """The picker's list: (option id, disabled, text) per row."""
+    ol = picker.options
+    out = []
+    for i in range(ol.option_count):
+        opt = ol.get_option_at_index(i)
+        out.append((opt.id or "", opt.disabled, str(opt.prompt)))
+    return out
+
+
+async def _open_picker(app: SkippyApp, pilot: Any) -> ModelPickerScreen:
+    await pilot.press("f8")
+    picker = await wait_for_screen(pilot, app, ModelPickerScreen, 10)
+    await wait_until(pilot, lambda: picker.step == "target", 120, "the library scan")
+    return picker
+
+
+async def _choose(pilot: Any, picker: ModelPickerScreen, option_id: str) -> None:
+    """Move the list's cursor to ``option_id`` and press Enter, as a user would."""
+    ol = picker.options
+    ol.highlighted = ol.get_option_index(option_id)
+    await pilot.press("enter")
+
+
+def _target_id(picker: ModelPickerScreen, name_part: str) -> str:
+    return next(oid for oid, disabled, text in _rows(picker) if name_part in text and not disabled)
+
+
+async def _to_drafts(app: SkippyApp, pilot: Any, picker: ModelPickerScreen, name_part: str) -> None:
+    await _choose(pilot, picker, _target_id(picker, name_part))
+    await wait_until(pilot, lambda: picker.step == "draft", 120, "the draft list")
+
+
+async def _reply(app: SkippyApp, pilot: Any, text: str) -> Any:
+    n = len(app.transcript.entries)
+    app.prompt.load_text(text)
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: not app.generating and len(app.transcript.entries) == n + 2, 240, "the reply")
+    return app.transcript.entries[-1]
+
+
+# -- no model needed ------------------------------------------------------------------------
+
+
+def test_choice_sets_the_pair_in_the_config_only_when_applied(tmp_path: Path) -> None:
+    target, draft = tmp_path / "t.gguf", tmp_path / "d.gguf"
+    cases = [  # (mode, source before, draft path, draft enabled, source after)
+        ("model", "ngram", str(draft), True, "auto"),
+        ("model", "ngram+model", str(draft), True, "ngram+model"),
+        ("none", "auto", "", False, "model"),
+        ("ngram", "auto", "", False, "ngram"),
+    ]
+    for mode, before, d_path, d_enabled, after in cases:
+        cfg = ui_config(target={"path": "/old/target.gguf", "chat_template": "chatml"}, speculation={"source": before})
+        choice = ModelChoice(target, "T", mode, draft if mode == "model" else None, "D")
+        spec = choice.spec(cfg)
+        assert cfg.get("target", "path") == "/old/target.gguf"  # a trial: the app's config changes on success only
+        assert spec.target.path == target and spec.use_draft == (mode == "model")
+        assert spec.speculation.enabled == (mode != "none"), mode
+        choice.apply(cfg)
+        got = (cfg.get("draft", "path"), cfg.get("draft", "enabled"), cfg.get("speculation", "source"))
+        assert got == (d_path, d_enabled, after), mode
+        assert (cfg.get("target", "path"), cfg.get("target", "chat_template")) == (str(target), "")
+    assert ModelChoice(target, "T", "ngram").label == "T + n-gram drafting"
+
+
+def test_picker_without_library_folders_says_where_it_looked(tmp_path: Path) -> None:
+    async def body() -> None:
+        cfg = ui_config(library={"dirs": [str(tmp_path / "nowhere")]})
+        app = SkippyApp(cfg, transcript=Transcript.load(CHAT_JSON), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            picker = await _open_picker(app, pilot)
+            state = str(picker.query_one("#picker-state").render())
+            assert "No model folders found" in state and "nowhere" in state
+            assert picker.options.option_count == 0
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not isinstance(app.screen, ModelPickerScreen), 10, "the picker to close")
+            assert app.speculator is None and app.switching is None
+
+    run(body())
+
+
+def test_picker_lists_targets_then_compatible_drafts(library: Path, cache_dir: Path) -> None:
+    """Broken files dimmed and disabled with the reason; for Gemma, the SmolLM2 files are
+    disabled with the vocabulary check's reason, none / n-gram offered; Esc goes back."""
+
+    async def body() -> None:
+        app = SkippyApp(_config(library), transcript=Transcript.load(CHAT_JSON), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            picker = await _open_picker(app, pilot)
+            rows = _rows(picker)
+            assert len(rows) == 4
+            enabled = [text for _, disabled, text in rows if not disabled]
+            assert len(enabled) == 3 and any(GEMMA_NAME in t for t in enabled)
+            (broken,) = [text for _, disabled, text in rows if disabled]
+            assert "truncated" in broken and "broken: corrupt or unsupported GGUF" in broken
+            await _to_drafts(app, pilot, picker, GEMMA_NAME)
+            rows = _rows(picker)
+            assert [oid for oid, disabled, _ in rows if not disabled] == [NONE_ID, NGRAM_ID]
+            refused = [text for _, disabled, text in rows if disabled and text]
+            assert len(refused) == 2 and all("Smollm2" in t and "vocab type differs" in t for t in refused), refused
+            await pilot.press("escape")  # back to the targets, not out
+            await wait_until(pilot, lambda: picker.step == "target", 10, "the target list")
+            assert isinstance(app.screen, ModelPickerScreen) and len(_rows(picker)) == 4
+            await _to_drafts(app, pilot, picker, "F32")
+            ids = [oid for oid, disabled, _ in _rows(picker) if not disabled]
+            assert ids[0].startswith("d") and ids[1:] == [NONE_ID, NGRAM_ID]  # the Q4_1 drafts for the F32
+
+    run(body())
+
+
+def test_snapshot_draft_step(snap_compare, library: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The draft step for Gemma: none / n-gram, the SmolLM2 files dimmed with the reason."""
+    monkeypatch.setenv("HOME", str(library.parent))  # paths show as ~/models/…, the same on every run
+
+    async def run_before(pilot: Any) -> None:
+        app = pilot.app
+        picker = await _open_picker(app, pilot)
+        await _to_drafts(app, pilot, picker, GEMMA_NAME)
+        app.query_one("PromptInput").cursor_blink = False
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause()
+
+    app = SkippyApp(_config(library), transcript=Transcript.load(CHAT_JSON), load_models=False)
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+# -- switching on the real models ---------------------------------------------------------
+
+
+def test_switch_to_gemma_keeps_the_conversation(speculator: Any, library: Path) -> None:
+    """Default pair → Gemma alone: the chat stays, the next reply prefills it on Gemma."""
+
+    async def body() -> None:
+        app = SkippyApp(_config(library), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            first = await _reply(app, pilot, "Say hi.")
+            assert first.finish.reason in ("max_tokens", "eos")
+            picker = await _open_picker(app, pilot)
+            await _to_drafts(app, pilot, picker, GEMMA_NAME)
+            await _choose(pilot, picker, NONE_ID)
+            await wait_until(pilot, lambda: app.speculator is not speculator, 300, "the switch")
+            gemma = app.speculator
+            try:
+                assert app.owns_speculator and app.switching is None
+                assert gemma.target_info.name == GEMMA_NAME and gemma.drafter is None
+                assert "gemma-3-270m Q4_K_M" in _status(app) and "no draft" in _status(app)
+                assert not app.query_one("#loading").display
+                assert app.config.get("target", "path") == str(library / "gemma-3-270m-q4_k_m.gguf")
+                assert (app.config.get("draft", "path"), app.config.get("draft", "enabled")) == ("", False)
+                assert app.transcript.models["target"]["name"] == GEMMA_NAME
+                assert app.transcript.models["draft"] is None
+                # the conversation is still on screen, and the new reply is generated on it
+                before = app.transcript.engine_messages()
+                second = await _reply(app, pilot, "And bye?")
+                assert second.finish.reason in ("max_tokens", "eos") and second.content
+                assert [e.content for e in app.transcript.entries[:2]] == ["Say hi.", first.content]
+                assert len(app.chat.query(UserMessage)) == 2
+                messages = [*before, {"role": "user", "content": "And bye?"}]
+                whole = prompt_tokens(gemma.target, gemma.template, messages)
+                alone = prompt_tokens(gemma.target, gemma.template, messages[-1:])
+                started = second.started
+                assert started.n_prompt == len(whole) > len(alone)  # the earlier turns were prefilled
+                assert started.target_sync.kind == "reset" and not second.steps[0].proposed
+            finally:
+                gemma.close()
+
+    run(body())
+
+
+def test_failed_switch_keeps_the_old_models(speculator: Any, library: Path) -> None:
+    """A file llama.cpp refuses: an error dialog, then the old pair answers as before."""
+    write_unloadable(library / "half-downloaded.gguf")
+
+    async def body() -> None:
+        app = SkippyApp(_config(library), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            picker = await _open_picker(app, pilot)
+            await _to_drafts(app, pilot, picker, "half-downloaded")
+            assert all(disabled for oid, disabled, _ in _rows(picker) if oid.startswith("d"))  # tokenizers differ
+            await _choose(pilot, picker, NONE_ID)
+            error = await wait_for_screen(pilot, app, SwitchFailedScreen, 120)
+            assert "half-downloaded" in str(error.query_one("#dialog").border_title)
+            assert "still loaded" in str(error.query_one("#error-fix").render())
+            assert str(error.query_one("#continue").label) == "Keep the current models"
+            assert app.speculator is speculator and app.switching is None
+            assert app.config.get("target", "path") == ""  # unchanged: still the default pair
+            await pilot.click("#continue")
+            await wait_until(pilot, lambda: not isinstance(app.screen, SwitchFailedScreen), 10, "the dialog to close")
+            reply = await _reply(app, pilot, "Say hi.")
+            assert reply.finish.reason in ("max_tokens", "eos") and reply.content
+            assert "target SmolLM2-135M-In" in _status(app) and "draft SmolLM2-135M-Instruct Q4_1" in _status(app)
+
+    run(body())
+
+
+def test_switch_waits_for_the_reply_in_flight(speculator: Any, library: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """F8 mid-reply is refused; a pair that finishes loading while a reply runs takes over when it ends."""
+    speculator.update(n_draft=2, source="model")
+    reply_gate, load_gate = threading.Event(), threading.Event()
+
+    class Gated:
+        """The shared pair; after each step the engine thread waits for ``reply_gate``."""
+
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._inner, name)
+
+        def run(self, messages: Any, gen: Any, cancel: threading.Event) -> Any:
+            for ev in self._inner.run(messages, gen, cancel):
+                yield ev
+                if isinstance(ev, StepVerified):
+                    reply_gate.wait(120)
+
+    real_load = loader.load_speculator
+
+    def held_load(*args: Any) -> Any:  # the real load, returned only once the test says so
+        spec = real_load(*args)
+        load_gate.wait(120)
+        return spec
+
+    monkeypatch.setattr(loader, "load_speculator", held_load)
+    gated = Gated(speculator)
+
+    async def body() -> None:
+        app = SkippyApp(_config(library), speculator=gated)
+        async with app.run_test(size=SIZE) as pilot:
+            app.prompt.load_text("Say hi.")
+            await pilot.press("enter")
+            try:
+                await wait_until(pilot, lambda: app.generating, 10, "the reply to start")
+                await pilot.press("f8")
+                await pilot.pause()
+                assert not isinstance(app.screen, ModelPickerScreen)  # refused mid-reply, with a word why
+                assert any("mid-reply" in n.message for n in app._notifications)
+            finally:
+                reply_gate.set()
+            await wait_until(pilot, lambda: not app.generating, 120, "the reply")
+            reply_gate.clear()
+            picker = await _open_picker(app, pilot)
+            await _to_drafts(app, pilot, picker, GEMMA_NAME)
+            await _choose(pilot, picker, NONE_ID)
+            await wait_until(pilot, lambda: app.switching is not None, 10, "the load to start")
+            app.prompt.load_text("And bye?")  # sent while the new pair loads: the old pair answers
+            await pilot.press("enter")
+            try:
+                await wait_until(pilot, lambda: app.generating, 10, "the second reply to start")
+                load_gate.set()
+                await wait_until(pilot, lambda: app._switched is not None, 300, "the new pair to load")
+                assert app.generating and app.speculator is gated  # the reply in flight keeps its models
+                assert "after this reply" in str(app.query_one("#loading-label").render())
+            finally:
+                load_gate.set()
+                reply_gate.set()
+            await wait_until(pilot, lambda: not app.generating and app.speculator is not gated, 120, "the swap")
+            try:
+                assert app.speculator.target_info.name == GEMMA_NAME and app.switching is None
+                last = app.transcript.entries[-1]
+                assert last.finish.reason in ("max_tokens", "eos")
+                assert last.steps[0].proposed  # that reply came from the old pair (Gemma alone has no draft)
+            finally:
+                app.speculator.close()
+
+    run(body())

@@ -1,0 +1,75 @@
+"""The status bar's fields as pure functions of a StatusState (no app, no models)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from skippy_tui.engine.events import ReplyFinished
+from skippy_tui.engine.sampling import SamplingParams
+from skippy_tui.transcript import Entry
+from skippy_tui.ui.render import fit_parts
+from skippy_tui.ui.status import SEPARATOR, StatusState, last_tps, model_descriptions, sampling_status, status_parts
+
+RECORDED = {
+    "target": {"path": "/m/SmolLM2-135M-Instruct-f32.gguf", "name": "SmolLM2 135M Instruct", "file_type": "F32"},
+    "draft": {"path": "/m/SmolLM2-135M-Instruct-Q4_1.gguf", "name": "SmolLM2 135M Instruct", "file_type": "Q4_1"},
+    "backend": "CPU",
+}
+
+
+def _state(**changes: object) -> StatusState:
+    base = StatusState(
+        speculator=None, backend="", n_past=0, n_ctx=0, tokens_per_second=0.0, sampling=SamplingParams(),
+        recorded={}, replay=False, transcript_name="transcript", loading=False, panel_shown=True,
+    )  # fmt: skip
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def _line(st: StatusState, width: int = 500) -> str:
+    return fit_parts(status_parts(st), width, SEPARATOR)
+
+
+def test_without_models_it_says_how_to_load_them_and_while_loading_that_they_load() -> None:
+    assert _line(_state()) == "no models loaded (f5 loads them)"
+    assert _line(_state(), 20) == "no models (f5)"
+    assert _line(_state(loading=True)) == "loading models…"
+    assert _line(_state(panel_shown=False)) == "no models loaded (f5 loads them) │ panel hidden (f6)"
+
+
+def test_a_replay_names_its_file_the_recorded_models_and_backend_and_narrows_by_rank() -> None:
+    st = _state(recorded=RECORDED, replay=True, transcript_name="chat-1.json")
+    assert _line(st) == (
+        "replay chat-1.json │ target SmolLM2-135M-Instruct F32 │ draft SmolLM2-135M-Instruct Q4_1"
+        " │ recorded on CPU │ no models loaded (f5 loads them)"
+    )
+    # narrower: the backend goes first (rank 1), the names shorten, "no models" shortens, the draft goes, ...
+    assert _line(st, 100) == "replay chat-1.json │ target SmolLM2-135… F32 │ draft SmolLM2-135… Q4_1 │ no models (f5)"
+    assert _line(st, 80) == "replay chat-1.json │ target SmolLM2-135… F32 │ no models (f5)"
+    assert _line(st, 40) == "replay chat-1.json │ no models (f5)"  # what must stay
+
+
+def test_sampling_status_says_the_sampler_a_fixed_seed_and_penalties() -> None:
+    assert sampling_status(SamplingParams()) == "greedy"
+    assert sampling_status(SamplingParams(temperature=0.8, seed=7)) == "coupled T=0.8 seed 7"
+    assert sampling_status(SamplingParams(temperature=0.5, repeat_penalty=1.1)) == "coupled T=0.5 +penalties"
+
+
+def _finished(tps: float) -> Entry:
+    fin = ReplyFinished(
+        reason="eos", token_ids=(), text="", n_tokens=32, n_steps=8, n_drafted=28, n_accepted=21,
+        acceptance_rate=0.75, mean_accepted_length=2.625, per_position=(), tokens_per_second=tps,
+        generation_ms=1.0, prefill_ms=1.0, n_past=40,
+    )  # fmt: skip
+    return Entry("assistant", "", events=[fin])
+
+
+def test_last_tps_is_the_last_finished_replys() -> None:
+    assert last_tps([Entry("user", "hi")]) == 0.0
+    assert last_tps([_finished(12.5), Entry("user", "hi"), _finished(30.0), Entry("user", "more")]) == 30.0
+
+
+def test_model_descriptions_of_a_replay_name_each_recorded_file() -> None:
+    lines = model_descriptions(None, RECORDED)
+    assert [line.split(":")[0] for line in lines] == ["target", "draft"]
+    assert lines[0].endswith("· 'SmolLM2 135M Instruct' · /m/SmolLM2-135M-Instruct-f32.gguf")
+    assert model_descriptions(None, {"target": {"name": "x"}}) == ["target: x · 'x' · path not recorded"]
