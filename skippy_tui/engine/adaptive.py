@@ -21,9 +21,10 @@ the most recent measurements)::
   than ``s`` (``b`` grows with every step it did not draft: plain steps, or
   the other source's). Measured by prefill length like ``V``; before that,
   ``s`` scaled by the target's relative cost per extra row. Spread over ``H``
-  (``catchup_horizon``) steps: a source switched to is usually kept a while, so
-  a large catch-up delays a switch without blocking it; a probe's one step is
-  charged all of it (see below);
+  steps, how many the source recently drafted in a row after a catch-up
+  (``catchup_horizon`` until measured): a model kept for long after a switch
+  pays it once, one used for a step or two between n-gram copies pays it each
+  time; a probe's one step is charged all of it (see below);
 * ``c_1``, ``c_d``: the draft's first call of a proposal and each later call (a
   model's first decode after a sync runs colder; ``c_1 = c_d`` when the calls
   are not timed one by one, ~0 for n-gram);
@@ -81,9 +82,9 @@ for the same tokens). The catch-up grows with those tokens, so near break-even, 
 every probe pays it, probes wait (or stop) instead of costing more than they can find."""
 
 EVIDENCE = 8
-"""Drafted steps before the verdict is trusted enough to back probes off from an alternative
-within half of the best, or to hold them to :data:`PROBE_BUDGET` (two unlucky warm-up steps
-must not switch a good draft off for the rest of the reply)."""
+"""Drafted steps before the verdict is trusted: until then probes back off only from an
+alternative under half of the best, and may spend 4 x :data:`PROBE_BUDGET` (two unlucky
+warm-up steps must not switch a good draft off for the rest of the reply)."""
 
 
 class Recent:
@@ -314,6 +315,23 @@ class _Counts:
                     self.accepted[i] += 1
 
 
+def _run_lengths(num: Sequence[float], den: Sequence[float], n: int, first_prior: float, weight: float) -> list[float]:
+    """Conditional acceptance by position for a run-length (geometric) model: position 1
+    (is the proposal right at all), with a prior of ``weight`` pseudo-counts at
+    ``first_prior``, and one rate for every later position (does a run, once started, go
+    on), pooled over all of them.
+
+    Per position, the deepest positions are seen only in the few longest proposals: one
+    rejection there (a long n-gram copy that ran into an edit) set the rate of every
+    position after it, which were then never tried, so proposals stayed at that length
+    however long the copies ran.
+    """
+    x0, d0 = (num[0], den[0]) if num and den else (0.0, 0.0)
+    first = (x0 + weight * first_prior) / (d0 + weight)
+    later = (sum(num[1:]) + weight * first) / (sum(den[1:]) + weight)
+    return ([first] + [later] * max(n - 1, 0))[:n]
+
+
 def _smoothed(num: Sequence[float], den: Sequence[float], n: int, first_prior: float, weight: float) -> list[float]:
     """Per-position rates with a prior of ``weight`` pseudo-counts at the previous position's rate."""
     out: list[float] = []
@@ -368,6 +386,7 @@ class AdaptiveK:
         decay: float = 0.98,
         warmup_k: int = 4,
         catchup_horizon: float = 4.0,
+        runs: bool = False,
     ) -> None:
         self.verify = verify if verify is not None else VerifyCosts()
         self.probe_every = probe_every
@@ -375,6 +394,10 @@ class AdaptiveK:
         self.decay = decay
         self.warmup_k = warmup_k
         self.catchup_horizon = catchup_horizon
+        # the source copies spans (n-gram): acceptance by position is a run-length model
+        self.runs = runs
+        self.streaks = Recent()  # drafted steps in a row after a catch-up, the last ones ended
+        self._streak = 0
         self.draft_call = Recent()  # ms per call, the step's draft time over its calls
         self.draft_first = Recent()  # ms of a proposal's first call, when timed one by one
         self.draft_next = Recent()  # ms of each later call (the mean over a step's)
@@ -454,6 +477,11 @@ class AdaptiveK:
                     self.draft_next.add(sum(draft_calls_ms[1:]) / (len(draft_calls_ms) - 1) / f)
             if sync_tokens:
                 self.prefill.add(sync_tokens, sync_ms / f)
+            if sync_tokens is not None and sync_tokens > 1:  # a catch-up: the last streak ended
+                if self._streak:
+                    self.streaks.add(self._streak)
+                self._streak = 0
+            self._streak += 1
             # the steady sync: a catch-up after steps this source did not draft is C(b), not s
             if (sync_tokens is not None and sync_tokens <= 1) or (sync_tokens is None and self._prev_k > 0):
                 self.sync.add(sync_ms / f)
@@ -475,9 +503,10 @@ class AdaptiveK:
         return self._spec_steps >= 2
 
     def acceptance(self, n: int) -> list[float]:
-        """Estimated conditional acceptance ``a_1..a_n``."""
+        """Estimated conditional acceptance ``a_1..a_n``: a run-length model for a source that
+        copies spans (:func:`_run_lengths`), else each unmeasured position like the one before."""
         c = self.counts
-        return _smoothed(c.accepted, c.reached, n, 0.5, 1.0)
+        return (_run_lengths if self.runs else _smoothed)(c.accepted, c.reached, n, 0.5, 1.0)
 
     def offer(self, n: int) -> list[float]:
         """Estimated ``q_1..q_n``: the draft offers position ``j`` once it offered ``j - 1``."""
@@ -503,6 +532,14 @@ class AdaptiveK:
         (b0, v0), (b1, v1) = pts[0], pts[-1]
         return min(max((v1 - v0) / ((b1 - b0) * v0), 0.02), 1.0)
 
+    @property
+    def horizon(self) -> float:
+        """Drafted steps a catch-up is spread over: how many in a row followed the recent
+        catch-ups (a model between n-gram copies drafts one or two), ``catchup_horizon``
+        before any streak ended."""
+        h = self.streaks.value
+        return min(max(h, 1.0), 4 * self.catchup_horizon) if h is not None else self.catchup_horizon
+
     def catchup_ms(self, behind: int) -> float:
         """``C(b)``: ms (at slowdown 1) a sync of ``behind`` tokens costs over a steady one-token sync."""
         if behind <= 1:
@@ -518,7 +555,7 @@ class AdaptiveK:
         """The current cost estimates (ms at the current slowdown), or None while something is unmeasured.
 
         ``behind``: tokens the draft must catch up on before it drafts; its
-        catch-up is spread over ``horizon`` steps (default ``catchup_horizon``).
+        catch-up is spread over ``horizon`` steps (default :attr:`horizon`).
         """
         d = self.draft_call.value
         if d is None or self.verify.at(1) is None:
@@ -528,7 +565,7 @@ class AdaptiveK:
         if first is not None:
             per_call = self.draft_next.value if self.draft_next.value is not None else first
         s = self.sync.value if self.sync.value is not None else (first or d)
-        s += self.catchup_ms(behind) / max(horizon or self.catchup_horizon, 1.0)
+        s += self.catchup_ms(behind) / max(horizon or self.horizon, 1.0)
         o = self.overhead.value or 0.0
         r = self.rollback.value or 0.0
         verify = [(self.verify.at(b) or 0.0) * f for b in range(1, k_max + 2)]
@@ -577,7 +614,7 @@ class AdaptiveK:
         if self._since_probe >= self._interval and k_max >= 1:
             if best == 0:
                 probe = best_k(rates[1:]) + 1
-                if self._spec_steps >= EVIDENCE and not self.affordable(k_max, probe, behind, rates[0]):
+                if not self.affordable(k_max, probe, behind, rates[0]):
                     return 0, f"auto: k=0 est {rates[0]:.1f} tok/s (probe waits: draft {behind} behind)"
             else:
                 self._probe_toggle = not self._probe_toggle
@@ -604,7 +641,8 @@ class AdaptiveK:
             return True
         tokens = expected_tokens(k, self.acceptance(k), self.offer(k))
         extra_ms = 1000.0 * tokens * (1.0 / one_off[k] - 1.0 / best_rate)
-        return extra_ms <= PROBE_BUDGET * behind * 1000.0 / best_rate
+        budget = PROBE_BUDGET * (1 if self._spec_steps >= EVIDENCE else 4)
+        return extra_ms <= budget * behind * 1000.0 / best_rate
 
 
 def _alternatives(rates: Sequence[float], best: int) -> str:
@@ -678,7 +716,7 @@ class SourceChooser:
         chosen = max(best, key=lambda s: best[s][1])
         other = next((s for s in best if s != chosen), None)
         self._since += 1
-        if other is not None and self._since >= self._interval:
+        if other is not None and self._since >= self._interval and self._explore_pays(other, options, behind, best):
             # explore: the other source proposes this step, often while it is close
             self._since = 0
             rates = self.policy(other).rates(options[other], behind[other]) or [0.0]
@@ -692,6 +730,16 @@ class SourceChooser:
         k, why = self.policy(chosen).choose(options[chosen], behind[chosen])
         note = f"; {other} k={best[other][0]} est {best[other][1]:.1f}" if other is not None else ""
         return chosen, k, f"auto: {chosen} {why.removeprefix('auto: ')}{note}"
+
+    def _explore_pays(
+        self, other: str, options: dict[str, int], behind: dict[str, int], best: dict[str, tuple[int, float]]
+    ) -> bool:
+        """Whether exploring ``other`` now fits :data:`PROBE_BUDGET` (a model far behind
+        the n-gram's copies first prefills all of them)."""
+        policy = self.policy(other)
+        rates = policy.rates(options[other], behind[other]) or [0.0]
+        k = best_k(rates[1:]) + 1 if len(rates) > 1 else 0
+        return policy.affordable(options[other], k, behind[other], max(r for _, r in best.values()))
 
     def shadow(self, source: str, proposal: Sequence[int], committed: Sequence[int]) -> None:
         """After a step of ``source``: judge the n-gram ``proposal`` it did not make

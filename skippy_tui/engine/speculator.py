@@ -175,7 +175,8 @@ class Speculator:
     def _policy(self, source: str) -> AdaptiveK:
         key = (source, self._mode)
         if key not in self._policies:
-            self._policies[key] = AdaptiveK(self._verify_costs)
+            # an n-gram proposal is a copy: right for a run, then wrong (a run-length model)
+            self._policies[key] = AdaptiveK(self._verify_costs, runs=source == "ngram")
         return self._policies[key]
 
     def reset_policies(self) -> None:
