@@ -51,9 +51,11 @@ doubling up to ``probe_max`` while the verdict — speculate or not — holds an
 the alternative is expected to be clearly worse, < ``CLOSE`` of the best) one
 step probes an alternative instead: the best speculative k when plain decoding wins (so the
 policy notices when speculation starts to pay), otherwise alternately plain
-decoding and ``best + 1``. A probe is judged "close" with its whole catch-up
-charged to it: after a plain streak a probe pays the draft's prefill, so near
-break-even it backs off rather than paying that every ``probe_every`` steps.
+decoding and ``best + 1``. After a plain streak a probe first pays the draft's
+catch-up, which grows with the streak: it is judged "close" with all of it
+charged, and it waits until its expected extra cost fits :data:`PROBE_BUDGET`
+of the streak's time, so near break-even, where it would cost more than it can
+find, it stops (a new reply starts with the draft synced, and probes again).
 
 The policy is pure Python (no model, no clock): feed it :meth:`AdaptiveK.observe`
 and ask :meth:`AdaptiveK.choose`, which makes it table-testable with synthetic
@@ -662,7 +664,8 @@ class SourceChooser:
     and that source's policy then picks k, probing as it does alone. A source
     not measured yet is measured first; every ``explore_every`` steps the
     other source gets a step (backing off to ``explore_max`` while it is
-    clearly worse), so a source that became good is noticed. The n-gram
+    clearly worse, and for the model only within :data:`PROBE_BUDGET` of its
+    catch-up over the n-gram's copies), so a source that became good is noticed. The n-gram
     proposal is also judged on steps it did not make (:meth:`shadow`): its
     tokens are compared with the committed ones, which under greedy decoding
     and the coupled sampler are exactly what verification would have accepted.
