@@ -38,13 +38,25 @@ def run_bench(
     """Every method on every prompt, ``repeats`` times; returns ``cells[prompt][method]``.
 
     Every method of one repeat runs with the seed ``repeat_seed(base_seed, r)``,
-    so sampled replies are comparable token for token with plain's.
+    so sampled replies are comparable token for token with plain's. Each method
+    keeps its own adaptive state (:meth:`Speculator.learned`): ``auto`` and the
+    default learn only from their own replies, not from the fixed-k runs between.
     """
     cells: dict[str, dict[str, Cell]] = {p.name: {m.name: Cell() for m in methods} for p in prompts}
+    learned: dict[str, object | None] = {m.name: None for m in methods}
+
+    def use(m: Method) -> None:
+        speculator.restore_learned(learned[m.name])
+        speculator.update(**m.settings)
+
+    def keep(m: Method) -> None:
+        learned[m.name] = speculator.learned()
+
     if warmup:
         for m in methods:
-            speculator.update(**m.settings)
+            use(m)
             run_once(speculator, WARMUP_PROMPT, settings_for(gen, m, base_seed, min(gen.max_tokens, 32)), system)
+            keep(m)
             if progress:
                 progress.update(f"warm-up {m.name}")
     for r in range(repeats):
@@ -52,9 +64,10 @@ def run_bench(
         seed = repeat_seed(base_seed, r)
         for p in prompts:
             for m in order:
-                speculator.update(**m.settings)
+                use(m)
                 g = settings_for(gen, m, seed, prompt_tokens_cap(gen, p))
                 cells[p.name][m.name].runs.append(run_once(speculator, p.text, g, system))
+                keep(m)
                 if progress:
                     progress.update(f"{p.name} {m.name} (repeat {r + 1}/{repeats})")
     return cells

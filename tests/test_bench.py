@@ -187,6 +187,14 @@ class FakeSpeculator:
     def __init__(self) -> None:
         self.settings: dict = {}
         self.calls: list[tuple[dict, SamplingParams]] = []
+        self.memory: list[dict] = []  # stands for what the adaptive policies learned: the replies seen
+        self.seen: list[tuple[dict, list[dict]]] = []
+
+    def learned(self) -> list[dict]:
+        return self.memory
+
+    def restore_learned(self, state: list[dict] | None) -> None:
+        self.memory = [] if state is None else state
 
     def forget(self) -> None:
         pass
@@ -196,6 +204,8 @@ class FakeSpeculator:
 
     def run(self, messages, gen):
         self.calls.append((self.settings, gen.sampling))
+        self.seen.append((self.settings, list(self.memory)))
+        self.memory.append(self.settings)
         tokens = (gen.sampling.seed or 0, 1, 2)
         yield SimpleNamespace(type="reply_started", draft_prefill_ms=0.0)
         yield SimpleNamespace(
@@ -224,6 +234,21 @@ def test_every_method_of_a_repeat_gets_that_repeats_seed():
     assert set(ref) == {p.name for p in prompts}
     assert fake.calls[-1][0]["n_draft"] == 4 and fake.calls[-1][1].temperature == 0.0
     assert repeat_seed(2**63 - 1, 1) == 0  # wraps within the seed's bounds
+
+
+def test_each_method_learns_only_from_its_own_replies():
+    """auto and the default must not be judged on what fixed-k runs taught the shared policies."""
+    fake = FakeSpeculator()
+    gen = GenerationSettings(SamplingParams(temperature=0.0), max_tokens=4)
+    methods = methods_for((2, 4), False, ("coupled",))
+    run_bench(fake, gen, SUITE[:2], methods, 2, warmup=True)
+    assert len(fake.seen) == len(methods) * (1 + 2 * 2)
+    per_method: dict[str, int] = {}
+    for settings, seen in fake.seen:
+        key = repr(sorted(settings.items()))
+        assert all(s == settings for s in seen), key  # nothing from another method
+        assert len(seen) == per_method.get(key, 0), key  # and everything from its own earlier replies
+        per_method[key] = len(seen) + 1
 
 
 def test_identity_grid_runs_every_case_with_the_prompts_seed():

@@ -188,6 +188,21 @@ class Speculator:
         self._policies.clear()
         self._install_policy()
 
+    def learned(self) -> object:
+        """What the adaptive policies have measured so far (the verify costs and every
+        source's policy), opaque, for :meth:`restore_learned`."""
+        return (self._verify_costs, self._policies)
+
+    def restore_learned(self, state: object | None) -> None:
+        """Put back a state from :meth:`learned` (``None``: start afresh, as
+        :meth:`reset_policies`). The bench keeps one per method, so each method learns
+        only from its own replies, as a session using it would."""
+        if state is None:
+            self.reset_policies()
+            return
+        self._verify_costs, self._policies = state  # type: ignore[misc]
+        self._install_policy()
+
     def seed_verify_costs(self, timings_ms: dict[int, float]) -> None:
         """First estimates of the target's verify cost by batch size (ms), e.g. from the probe.
 
