@@ -214,7 +214,13 @@ class GenerationMixin:
         else:
             await msg.remove()
         if fin.reason == "error":
-            self.notify(fin.error or "generation failed", title="Generation failed", severity="error", timeout=10)
+            lost = getattr(self.speculator, "lost", "")
+            if lost:  # the engine's process is gone: the conversation stays, F5 loads again
+                self._drop_lost_speculator()
+            self.notify(
+                (fin.error or "generation failed") + (". Press F5 to load the models again." if lost else ""),
+                title="Generation failed", severity="error", timeout=10,
+            )  # fmt: skip
         elif fin.reason == "cancelled":
             self.notify("Stopped.", timeout=2)
         elif fin.reason == "context_full":
@@ -226,6 +232,13 @@ class GenerationMixin:
         self._save_history()
         if self._switched is not None:  # models chosen in the picker loaded during this reply
             self._swap_models()
+
+    def _drop_lost_speculator(self) -> None:
+        """Unload a speculator that can no longer answer (its process exited)."""
+        lost, self.speculator = self.speculator, None
+        if lost is not None and self.owns_speculator:
+            lost.close()
+        self.owns_speculator = False
 
     async def _generate_failed(self, worker: Worker) -> None:
         """The generate worker raised (an unexpected exception in the engine thread;
