@@ -58,6 +58,10 @@ def add_model_flags(p: argparse.ArgumentParser, sub: bool = False) -> None:
     g.add_argument("--n-ctx", type=_positive_int, metavar="N", help="context window (tokens)")
     g.add_argument("--n-gpu-layers", type=_positive_int, metavar="N", help="layers to offload (-1 = all)")
     g.add_argument("--device", metavar="NAME", help="backend device, e.g. CUDA0")
+    g.add_argument(
+        "--rpc", action="append", metavar="HOST:PORT",
+        help="llama.cpp rpc-server whose devices hold the layers (repeatable; the draft inherits)",
+    )  # fmt: skip
     s = p.add_argument_group("speculation and sampling")
     s.add_argument("--n-draft", type=_n_draft, metavar="K", help='tokens per proposal (k), or "auto"')
     s.add_argument(
@@ -139,6 +143,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
             cfg.set(section, key, str(value) if isinstance(value, Path) else value, "--" + attr.replace("_", "-"))
     if getattr(args, "stop", None):
         cfg.set("generation", "stop", [arg_text(x) for x in args.stop], "--stop")
+    if getattr(args, "rpc", None):
+        cfg.set("target", "rpc", list(args.rpc), "--rpc")
     if getattr(args, "no_draft", False):
         cfg.set("draft", "enabled", False, "--no-draft")
     if getattr(args, "no_history", False):

@@ -65,6 +65,8 @@ def data_dir() -> Path:
 
 _MODEL_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(LoadParams)}
 _MODEL_DEFAULTS["device"] = ""
+_MODEL_DEFAULTS["rpc"] = []  # TOML lists; tuples in LoadParams
+_MODEL_DEFAULTS["tensor_split"] = []
 _TARGET_KEYS: dict[str, Any] = {"path": "", "chat_template": "", **_MODEL_DEFAULTS}
 _DRAFT_KEYS: dict[str, Any] = {"path": "", "enabled": True, **{k: None for k in _MODEL_DEFAULTS}}
 
@@ -208,13 +210,11 @@ class Config:
             t = dict(self.values["target"])
             if fast:  # flash attention and repacking on, unless the file or a flag set them
                 t.update({k: v for k, v in FAST_LOAD.items() if f"target.{k}" not in self.present})
-            t_load = LoadParams(**{k: (t[k] or None) if k == "device" else t[k] for k in _MODEL_DEFAULTS})
+            t_load = LoadParams(**{k: _load_value(k, t[k]) for k in _MODEL_DEFAULTS})
             validate_load_params("target", t_load)
             target = ModelSpec(Path(t["path"]).expanduser() if t["path"] else None, t_load, t["chat_template"] or None)
             d = self.values["draft"]
-            overrides = {k: d[k] for k in _MODEL_DEFAULTS if d[k] is not None}
-            if "device" in overrides:
-                overrides["device"] = overrides["device"] or None
+            overrides = {k: _load_value(k, d[k]) for k in _MODEL_DEFAULTS if d[k] is not None}
             validate_load_params("draft", draft_load_params(t_load, overrides))
             draft = None
             if d["path"]:
@@ -278,6 +278,15 @@ class _Locate:
             raise ConfigError(f"{where}{e}", origin) from e
 
 
+def _load_value(key: str, value: Any) -> Any:
+    """A config value as LoadParams holds it: ``device`` "" is None, lists are tuples."""
+    if key == "device":
+        return value or None
+    if key == "tensor_split":
+        return tuple(float(x) for x in value)
+    return tuple(value) if isinstance(value, list) else value
+
+
 def _check_value(source: Path | None, section: str, key: str, value: Any) -> Any:
     default = SCHEMA[section][key]
     where = f"{source}: " if source else ""
@@ -290,8 +299,11 @@ def _check_value(source: Path | None, section: str, key: str, value: Any) -> Any
         ok, value = True, float(value)
     if (section, key) in _INT_OR_WORD:
         ok = value == _INT_OR_WORD[section, key] or (isinstance(value, int) and not isinstance(value, bool))
-    if isinstance(default, list) and ok and not all(isinstance(x, str) for x in value):
-        ok = False
+    if isinstance(default, list) and ok:
+        number = key == "tensor_split"  # a list of numbers; every other list holds strings
+        ok = all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) if number else isinstance(x, str) for x in value
+        )
     if (section, key) in _WORDS:
         ok = value in _WORDS[section, key]
     if not ok:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import rpc
 from .bounds import ContextCapacity, validate_capacity
 from .chat import template_for
 from .compat import check_compatible
@@ -72,11 +73,15 @@ def check_spec(spec: EngineSpec, progress: Progress = _noop) -> tuple[Path, Mode
     """All checks, no weights loaded.
 
     Raises:
-        BoundsError, ModelFileError, IncompatibleModelsError.
+        BoundsError, ModelFileError, IncompatibleModelsError, RpcError.
     """
     validate_load_params("target", spec.target.load)
     if spec.draft is not None:
         validate_load_params("draft", spec.draft.load)
+    servers = [*spec.target.load.rpc, *(spec.draft.load.rpc if spec.draft is not None and spec.use_draft else ())]
+    if servers:  # an unreachable server or another protocol version: refused before any weights load
+        progress("connecting to RPC servers", 0.0)
+        rpc.check(servers)
     target_path, draft_path = resolve_paths(spec, progress)
     if not spec.use_draft:
         draft_path = None

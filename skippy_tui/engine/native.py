@@ -17,10 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
+from . import rpc
 from .errors import ContextFullError, DecodeError, ModelFileError, SkippyError
 from .native_backend import clear_log, ensure_backend, recent_log
 from .native_backend import llama_cpp as _L
-from .native_devices import device_handle
+from .native_devices import device_handle, local_accelerators
 from .native_sigint import deferred_sigint
 
 
@@ -93,6 +94,12 @@ class LoadParams:
     logits then do not depend on the batch size, so greedy verification
     reproduces plain decoding exactly (see README, "Exactness"). Turn them on
     for speed where exactness matters less.
+
+    ``rpc``: ``host:port`` of llama.cpp RPC servers whose devices the model
+    may use (see :mod:`.rpc`); with ``device`` unset its layers go there
+    first, as llama.cpp's ``--rpc`` does. ``tensor_split``: the share of the
+    layers (``split_mode = "layer"``) or rows (``"row"``) per device, in the
+    model's device order (remote devices first); empty = by free memory.
     """
 
     n_ctx: int = 4096
@@ -111,6 +118,8 @@ class LoadParams:
     cache_type_v: str = "f16"
     swa_full: bool = False
     repack: bool = False
+    rpc: tuple[str, ...] = ()
+    tensor_split: tuple[float, ...] = ()
 
 
 ProgressFn = Callable[[float], bool]
@@ -132,10 +141,20 @@ class Model:
             load_mode=_LOAD_MODES[params.mmap, params.mlock],
             use_extra_bufts=params.repack,
         )
-        devices = None
-        if params.device:
-            devices = (ctypes.c_void_p * 2)(device_handle(params.device), None)
+        handles, self.remote_devices = _model_devices(params)
+        # (endpoint, connection) of each server this model's buffers live on: every native
+        # call that may reach them goes through rpc.call, so a lost server is an error, not an abort
+        self.rpc_servers: tuple[tuple[str, int], ...] = tuple(
+            dict.fromkeys((d.endpoint, d.generation) for d in self.remote_devices)
+        )
+        devices = split = None
+        if handles is not None:
+            devices = (ctypes.c_void_p * (len(handles) + 1))(*handles, None)
             mp.devices = ctypes.cast(devices, ctypes.c_void_p)
+        if params.tensor_split:
+            n_max = max_devices()
+            split = (ctypes.c_float * n_max)(*params.tensor_split[:n_max])
+            mp.tensor_split = ctypes.cast(split, ctypes.POINTER(ctypes.c_float))
 
         cb_ref = None
         interrupted: list[bool] = []
@@ -155,11 +174,11 @@ class Model:
         clear_log()
         try:
             with deferred_sigint(lambda: interrupted.append(True)):
-                ptr = _L.llama_model_load_from_file(str(path).encode(), mp)
+                ptr = rpc.call(self.rpc_servers, _L.llama_model_load_from_file, str(path).encode(), mp)
                 if interrupted and ptr:
-                    _L.llama_model_free(ptr)
+                    rpc.call(self.rpc_servers, _L.llama_model_free, ptr)
         finally:
-            del cb_ref, devices
+            del cb_ref, devices, split
         if not ptr:
             raise ModelFileError(f"llama.cpp could not load {path}: {recent_log() or 'no details'}")
         self.ptr = ptr
@@ -182,8 +201,13 @@ class Model:
 
     def close(self) -> None:
         if getattr(self, "ptr", None):
-            _L.llama_model_free(self.ptr)
-            self.ptr = None
+            ptr, self.ptr = self.ptr, None
+            if rpc.lost_reason(self.rpc_servers):
+                return  # its buffers are on a lost server: freeing them would wait on it forever
+            try:
+                rpc.call(self.rpc_servers, _L.llama_model_free, ptr)
+            except rpc.RpcLostError:
+                pass
 
     def __enter__(self) -> Model:
         return self
@@ -248,6 +272,35 @@ class Model:
         return raw.decode("utf-8", "replace") if raw else None
 
 
+def max_devices() -> int:
+    """How many devices one model may use at most (``tensor_split`` entries)."""
+    return int(_L.llama_max_devices())
+
+
+def _model_devices(params: LoadParams) -> tuple[list[int] | None, tuple[rpc.RemoteDevice, ...]]:
+    """The model's device list (None: llama.cpp's default) and the remote devices in it.
+
+    ``device`` selects one device by name (``RPC0`` or a server's ``host:port``
+    too). Otherwise a model with ``rpc`` servers gets their devices first, then
+    the local accelerators, as llama.cpp's default list puts them. Once any
+    remote device is registered in this process a model lists its devices
+    explicitly, so that it never lands on another model's server (or a lost one).
+
+    Raises:
+        RpcError: a server is unreachable or of another version.
+        ModelFileError: no device of that name.
+    """
+    remote = rpc.connect(params.rpc) if params.rpc else ()
+    if params.device:
+        named = rpc.device_named(params.device)
+        if named is not None:
+            return [named.handle], (named,)
+        return [device_handle(params.device)], ()
+    if remote or rpc.registered():
+        return [d.handle for d in remote] + local_accelerators(), remote
+    return None, ()
+
+
 # -- context ---------------------------------------------------------------------------
 
 
@@ -308,7 +361,8 @@ class Context:
             no_perf=True,
         )
         clear_log()
-        ptr = _L.llama_init_from_model(model.ptr, cp)
+        self._rpc = model.rpc_servers
+        ptr = rpc.call(self._rpc, _L.llama_init_from_model, model.ptr, cp)
         if not ptr:
             raise ModelFileError(
                 f"llama.cpp could not create a context for {model.path.name} "
@@ -346,9 +400,14 @@ class Context:
 
     def close(self) -> None:
         if getattr(self, "ptr", None):
+            ptr, self.ptr = self.ptr, None
+            if rpc.lost_reason(self._rpc):
+                return  # as Model.close: leave what lives on a lost server alone
             _L.llama_batch_free(self._batch)
-            _L.llama_free(self.ptr)
-            self.ptr = None
+            try:
+                rpc.call(self._rpc, _L.llama_free, ptr)
+            except rpc.RpcLostError:
+                pass
 
     def _decode_chunk(self, tokens: Sequence[int], pos0: int, n_logits: int) -> None:
         n = len(tokens)
@@ -360,10 +419,10 @@ class Context:
         self._batch.n_tokens = n
         try:
             with deferred_sigint(self._stop_for_sigint):
-                rc = _L.llama_decode(self.ptr, self._batch)
+                rc = rpc.call(self._rpc, _L.llama_decode, self.ptr, self._batch)
                 if rc != 0:
                     # drop whatever ubatches were applied, so the cache matches the bookkeeping
-                    _L.llama_memory_seq_rm(self.mem, 0, pos0, -1)
+                    rpc.call(self._rpc, _L.llama_memory_seq_rm, self.mem, 0, pos0, -1)
                     if rc == 1:
                         raise ContextFullError(
                             f"{self.model.path.name}: no KV slot for {n} tokens at position {pos0} (n_ctx {self.n_ctx})"
@@ -401,7 +460,9 @@ class Context:
         if not n_logits:
             return np.empty((0, nv), dtype=np.float32)
         # the rows with logits, in batch order, contiguous: one read, one copy
-        rows = ctypes.cast(_logits_reader()(self.ptr), ctypes.POINTER(ctypes.c_float))
+        # (a remote model's logits wait on its server: never through the GIL-holding reader)
+        read = rpc.call(self._rpc, _L.llama_get_logits, self.ptr) if self._rpc else _logits_reader()(self.ptr)
+        rows = ctypes.cast(read, ctypes.POINTER(ctypes.c_float))
         return np.ctypeslib.as_array(rows, shape=(n_logits, nv)).copy()
 
     def prefill(self, tokens: Sequence[int], pos0: int, cancelled: Callable[[], bool] | None = None) -> None:
@@ -425,7 +486,7 @@ class Context:
 
     def remove_from(self, pos: int) -> bool:
         """Drop positions ``>= pos``. False when the memory cannot (recurrent/hybrid)."""
-        return bool(_L.llama_memory_seq_rm(self.mem, 0, pos, -1))
+        return bool(rpc.call(self._rpc, _L.llama_memory_seq_rm, self.mem, 0, pos, -1))
 
     def warm_up(self) -> None:
         """Decode one token and forget it.
@@ -446,7 +507,7 @@ class Context:
 
     def clear(self) -> None:
         """Empty the KV cache."""
-        _L.llama_memory_clear(self.mem, True)
+        rpc.call(self._rpc, _L.llama_memory_clear, self.mem, True)
 
     def pos_min(self) -> int:
         """Smallest position still cached (-1 when empty); > 0 once SWA evicted old cells."""

@@ -28,15 +28,31 @@ class Device:
     kind: str
 
 
+def shared_lib(name: str) -> ctypes.CDLL:
+    """The copy of ``lib<name>.so`` that libllama itself uses (``ggml``, ``ggml-base``).
+
+    Wheels ship ``libggml.so`` and ``libggml.so.0`` as separate copies, and
+    libllama links the ``.so.0`` one (its SONAME): opening the other by path
+    would load a second ggml with its own device registry and abort hook.
+    """
+    base = Path(_L.llama_cpp._base_path)
+    for candidate in (f"lib{name}.so.0", str(base / f"lib{name}.so.0"), str(base / f"lib{name}.so")):
+        try:
+            return ctypes.CDLL(candidate)
+        except OSError:
+            continue
+    raise OSError(f"lib{name}.so not found next to {base}")
+
+
 @functools.cache
 def _ggml() -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(Path(_L.llama_cpp._base_path) / "libggml.so"))
+    lib = shared_lib("ggml")
     lib.ggml_backend_dev_count.restype = ctypes.c_size_t
     lib.ggml_backend_dev_get.restype = ctypes.c_void_p
     lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
     lib.ggml_backend_dev_by_name.restype = ctypes.c_void_p
     lib.ggml_backend_dev_by_name.argtypes = [ctypes.c_char_p]
-    base = ctypes.CDLL(str(Path(_L.llama_cpp._base_path) / "libggml-base.so"))
+    base = shared_lib("ggml-base")
     for fn in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
         getattr(base, fn).restype = ctypes.c_char_p
         getattr(base, fn).argtypes = [ctypes.c_void_p]
@@ -77,9 +93,36 @@ def system_info() -> str:
 def backend_name() -> str:
     """``CPU``, ``CUDA``, ``Metal``, ``Vulkan``… — the first non-CPU device's backend, else CPU."""
     for d in list_devices():
-        if d.kind != "CPU":
+        if d.kind != "CPU" and not _is_remote(d.name):
             return d.name.rstrip("0123456789") or d.name
     return "CPU"
+
+
+def _is_remote(name: str) -> bool:
+    """An RPC server's device (``RPC0``…): named in the status bar by :mod:`.rpc`, not as the backend."""
+    return name.startswith("RPC") and name[3:].isdigit()
+
+
+def local_accelerators() -> list[int]:
+    """Handles of this machine's GPUs (or, with none, its integrated GPUs), as llama.cpp's default list has them.
+
+    RPC devices are left out: a model lists the ones of its own servers itself.
+    """
+    ensure_backend()
+    try:
+        lib = _ggml()
+    except OSError:
+        return []
+    base = lib._base  # type: ignore[attr-defined]
+    gpus: list[int] = []
+    igpus: list[int] = []
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        if _is_remote((base.ggml_backend_dev_name(dev) or b"").decode()):
+            continue
+        kind = _DEV_TYPES.get(base.ggml_backend_dev_type(dev))
+        (gpus if kind == "GPU" else igpus if kind == "iGPU" else []).append(dev)
+    return gpus or igpus
 
 
 def device_handle(name: str) -> int:

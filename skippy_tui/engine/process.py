@@ -139,13 +139,9 @@ def _static(spec: Any) -> Static:
 
 
 def _state(spec: Any) -> State:
-    remote = lost = ""
-    try:  # the RPC helpers, where this build has them
-        from . import rpc  # type: ignore[attr-defined]
+    from .rpc import remote_label, speculator_lost
 
-        remote, lost = rpc.remote_label(spec), rpc.speculator_lost(spec)
-    except ImportError:
-        pass
+    remote, lost = remote_label(spec), speculator_lost(spec)
     drafter = DrafterView(spec.drafter.source) if spec.drafter is not None else None
     return State(spec.n_past, spec.speculation, drafter, spec.invariance, spec.verdict(), remote, lost)
 
@@ -246,14 +242,15 @@ class _Child:
         last = time.monotonic()
         try:
             for ev in self.spec.run(messages, gen, cancel):
-                self.send("event", rid, ev)
                 now = time.monotonic()
-                if now - last >= STATE_EVERY_S:
+                # the state before the last event: the app reads it (n_past, lost) as the reply ends
+                if isinstance(ev, ReplyFinished) or now - last >= STATE_EVERY_S:
                     last = now
                     self.send("state", _state(self.spec))
+                self.send("event", rid, ev)
         except Exception as e:  # the engine never raises on purpose; say it rather than die
+            self.send("state", _state(self.spec))
             self.send("event", rid, failed(f"{type(e).__name__}: {e}", self.spec.n_past))
-        self.send("state", _state(self.spec))
 
 
 def _child_main(conn: Connection, spec: EngineSpec) -> None:
@@ -311,7 +308,7 @@ class ProcessSpeculator:
     def _apply(self, state: State) -> None:
         self.n_past, self.speculation, self.drafter = state.n_past, state.speculation, state.drafter
         self.invariance, self._verdict = state.invariance, state.verdict
-        self.remote_label, self._lost_rpc = state.remote, state.lost
+        self.remote, self._lost_rpc = state.remote, state.lost
 
     def _send(self, *msg: Any) -> bool:
         try:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from .bounds import MAX_DRAFT_TOKENS, check_int, validate_speculation
 from .errors import BoundsError
-from .native import FLASH_ATTN, KV_CACHE_TYPES, SPLIT_MODES, LoadParams
+from .native import FLASH_ATTN, KV_CACHE_TYPES, SPLIT_MODES, LoadParams, max_devices
+from .rpc import RpcError, parse_endpoint
 from .sampling import SamplingParams
 
 # Keys a draft inherits from the target when it leaves them unset.
@@ -23,6 +24,10 @@ MODEL_KEYS = tuple(f.name for f in dataclasses.fields(LoadParams))
 def _choice(key: str, value: object, allowed: dict[str, object] | tuple[str, ...]) -> None:
     if value not in allowed:
         raise BoundsError(key, value, "one of " + ", ".join(allowed))
+
+
+MAX_DEVICES = max_devices()
+"""The most devices one model may be split over (llama.cpp's ``llama_max_devices``)."""
 
 
 def validate_load_params(prefix: str, p: LoadParams) -> None:
@@ -43,6 +48,18 @@ def validate_load_params(prefix: str, p: LoadParams) -> None:
             raise BoundsError(f"{prefix}.{key}", getattr(p, key), "true or false")
     if p.device is not None and (not isinstance(p.device, str) or not p.device):
         raise BoundsError(f"{prefix}.device", p.device, "a device name such as CPU or CUDA0")
+    for endpoint in p.rpc:
+        try:
+            parse_endpoint(endpoint)
+        except RpcError:
+            raise BoundsError(f"{prefix}.rpc", list(p.rpc), 'a list of "host:port" (port 1..65535)') from None
+    if len(set(p.rpc)) != len(p.rpc):
+        raise BoundsError(f"{prefix}.rpc", list(p.rpc), "a list of distinct servers")
+    split = p.tensor_split
+    if split and (len(split) > MAX_DEVICES or any(not 0 <= x < float("inf") for x in split) or not sum(split) > 0):
+        raise BoundsError(
+            f"{prefix}.tensor_split", list(split), f"at most {MAX_DEVICES} shares >= 0, not all 0, e.g. [3, 1]"
+        )
 
 
 @dataclass(frozen=True)

@@ -303,7 +303,7 @@ class SkippyApp(
             return
         await self._unless_kept("Quit", self._quit_now)
 
-    def _quit_now(self) -> None:
+    def _quit_now(self, return_code: int = 0) -> None:
         self._cancel.set()
         self._load_cancel.set()
         if self.generating and self.speculator is not None:
@@ -311,7 +311,7 @@ class SkippyApp(
         if self._switched is not None:  # loaded by the picker, never used
             self._switched.close()
             self._switched = None
-        self.exit(return_code=0)
+        self.exit(return_code=return_code)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

@@ -214,8 +214,10 @@ class GenerationMixin:
         else:
             await msg.remove()
         if fin.reason == "error":
-            lost = getattr(self.speculator, "lost", "")
-            if lost:  # the engine's process is gone: the conversation stays, F5 loads again
+            from ..engine.rpc import speculator_lost
+
+            lost = speculator_lost(self.speculator)
+            if lost:  # its engine process exited or its RPC server is gone: F5 loads again; the chat stays
                 self._drop_lost_speculator()
             self.notify(
                 (fin.error or "generation failed") + (". Press F5 to load the models again." if lost else ""),
@@ -234,9 +236,10 @@ class GenerationMixin:
             self._swap_models()
 
     def _drop_lost_speculator(self) -> None:
-        """Unload a speculator that can no longer answer (its process exited)."""
+        """Unload a speculator that can no longer answer. An engine process is ended; an
+        in-process one is left alone (closing it could block on a lost RPC server)."""
         lost, self.speculator = self.speculator, None
-        if lost is not None and self.owns_speculator:
+        if lost is not None and self.owns_speculator and getattr(lost, "separate_process", False):
             lost.close()
         self.owns_speculator = False
 

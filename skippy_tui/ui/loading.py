@@ -32,7 +32,8 @@ class LoadingMixin:
     waiting for the reply in flight to end). Relies on the app's ``config``, ``_reload_config``,
     ``_config_read``, ``_sampling_read``, ``speculator``, ``owns_speculator``, ``sampling``,
     ``generation``, ``transcript``, ``generating`` (GenerationMixin), ``_n_past`` / ``_n_ctx``,
-    ``_update_status`` (StatusMixin) and ``_snapshot_metadata`` (FilesMixin).
+    ``_update_status`` (StatusMixin), ``_snapshot_metadata`` and ``_unless_kept`` (FilesMixin)
+    and ``_quit_now`` (the app).
     """
 
     def _init_loading(self) -> None:
@@ -198,7 +199,7 @@ class LoadingMixin:
             if state == WorkerState.ERROR and not self._load_cancel.is_set():
                 self.push_screen(
                     SwitchFailedScreen(choice, worker.error, self.speculator is not None),
-                    lambda c: self.exit(return_code=1) if c == "quit" else None,
+                    self._quit_if_chosen,
                 )
 
     def _swap_models(self) -> None:
@@ -231,8 +232,9 @@ class LoadingMixin:
         message = str(error) if isinstance(error, SkippyError) else f"{type(error).__name__}: {error}"
         fix = how_to_fix(error, str(self.config.source or config_path())) if error else ""
 
-        def done(choice: str | None) -> None:
-            if choice == "quit":
-                self.exit(return_code=1)
+        self.push_screen(ErrorScreen(title, message, fix), self._quit_if_chosen)
 
-        self.push_screen(ErrorScreen(title, message, fix), done)
+    async def _quit_if_chosen(self, choice: str | None) -> None:
+        """An error dialog's Quit: exit 1, but a conversation not kept anywhere is asked about first."""
+        if choice == "quit":
+            await self._unless_kept("Quit", lambda: self._quit_now(return_code=1))

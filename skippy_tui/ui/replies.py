@@ -13,10 +13,10 @@ from .clipboard import CodeBlockScreen, code_blocks
 from .screens import InspectorScreen
 
 WELCOME = (
-    "Type a message below and press Enter. Replies stream here; the panel on the right shows every "
-    "speculation step: the draft's proposal, what the target accepted, and the token it added. "
-    "Select a step (Tab to the panel, then Enter) to inspect it. F1 explains the keys and the panel; "
-    "Ctrl+P lists every command."
+    "Type a message below and press Enter. Replies stream here; the speculation panel (beside the chat, "
+    "or below it in a narrow terminal; F6 shows or hides it) shows every step: the draft's proposal, "
+    "what the target accepted, and the token it added. Select a step (Tab to the panel, then Enter) to "
+    "inspect it. F1 explains the keys and the panel; Ctrl+P lists every command."
 )
 
 

@@ -164,8 +164,9 @@ class StatusMixin:
         backend = ""
         if spec is not None:
             from ..engine.native_devices import backend_name
+            from ..engine.rpc import remote_label
 
-            backend = backend_name()
+            backend = " + ".join(filter(None, (backend_name(), remote_label(spec))))  # + RPC0@host:port
         tps = self._live_stats.tokens_per_second if self.generating else last_tps(self.transcript.entries)
         return StatusState(
             speculator=spec,

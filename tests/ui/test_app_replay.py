@@ -745,6 +745,32 @@ def test_quit_with_an_unsaved_chat_asks_and_can_save_first(tmp_path: Path) -> No
     run(body())
 
 
+def test_the_error_dialogs_quit_asks_about_an_unsaved_chat_too(tmp_path: Path) -> None:
+    """A failed load's dialog has a Quit button; with a chat kept nowhere it asks first, like Ctrl+Q."""
+    from skippy_tui.engine.errors import ModelFileError
+    from skippy_tui.ui.confirm import ConfirmDiscardScreen
+
+    path = _copy(tmp_path)
+
+    async def body() -> None:
+        app = replay_app(ui_config(ui={"history": False}), path=path)  # on, the history keeps the chat
+        async with app.run_test(size=SIZE) as pilot:
+            app.transcript.system_prompt = "Be brief."
+            for keep in (True, False):
+                app._show_error("Could not load the models", ModelFileError("no such file: /nope.gguf"))
+                await wait_for_screen(pilot, app, ErrorScreen, 5)
+                await pilot.click("#quit")
+                await wait_for_screen(pilot, app, ConfirmDiscardScreen, 5)
+                await pilot.press("escape" if keep else "enter")
+                if keep:
+                    await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmDiscardScreen), 5, "cancel")
+                    assert app.is_running and app.return_code is None
+            await wait_until(pilot, lambda: app.return_code == 1, 5, "exit 1 once the chat may go")
+        assert Transcript.load(path).system_prompt == ""  # discarded, as chosen
+
+    run(body())
+
+
 def test_quit_twice_quits_without_saving_and_autosave_saves_instead_of_asking(tmp_path: Path) -> None:
     from skippy_tui.ui.confirm import ConfirmDiscardScreen
 
