@@ -138,9 +138,13 @@ def test_a_reply_in_the_child_equals_the_reply_in_process(
 
         threading.Thread(target=kill).start()
         proxy.forget()
-        last = list(proxy.run(MESSAGES, GenerationSettings(max_tokens=2000)))[-1]
+        events = list(proxy.run(MESSAGES, GenerationSettings(max_tokens=2000)))
+        last, steps = events[-1], [e for e in events if isinstance(e, StepVerified)]
         assert isinstance(last, ReplyFinished) and last.reason == "error"
         assert last.error == "the engine process exited (signal 9)" == proxy.lost
+        # what the steps committed is kept, as an in-process error keeps it
+        assert last.text == "".join(s.text for st in steps for s in st.delta) and last.n_steps == len(steps)
+        assert len(last.token_ids) == sum(st.n_accepted + 1 for st in steps)
         assert list(proxy.run(MESSAGES, gen))[-1].error == proxy.lost
         with pytest.raises(SkippyError, match="signal 9"):
             proxy.update(n_draft=3)

@@ -27,6 +27,7 @@ killed app leaves no orphan.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import multiprocessing
 import os
@@ -40,7 +41,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from .errors import CancelledError, SkippyError
-from .events import Event, ReplyFinished
+from .events import Event, ReplyFinished, ReplyStarted, StepVerified
 from .gguf_info import ModelInfo
 from .invariance import Invariance
 from .loader import EngineSpec, Progress
@@ -395,6 +396,7 @@ class ProcessSpeculator:
         sampling = gen.sampling
         self._send("run", rid, [dict(m) for m in messages], gen.max_tokens, tuple(gen.stop), sampling)
         cancelled_at: float | None = None
+        seen: list[Event] = []
         try:
             while True:
                 try:
@@ -410,7 +412,7 @@ class ProcessSpeculator:
                     self._send("sampling", rid, live)
                 if item is None:  # the child is gone
                     self._events.put(None)  # and stays gone for any later reply
-                    yield failed(self.lost or exit_message(None), self.n_past)
+                    yield _cut_short(seen, self.lost or exit_message(None))
                     return
                 if item == ():
                     if cancelled_at is not None and time.monotonic() - cancelled_at > CANCEL_GRACE_S:
@@ -419,6 +421,7 @@ class ProcessSpeculator:
                     continue
                 if item[0] != rid:  # an older reply's last events
                     continue
+                seen.append(item[1])
                 yield item[1]
                 if isinstance(item[1], ReplyFinished):
                     return
@@ -445,6 +448,22 @@ class ProcessSpeculator:
         if self._process.is_alive():
             self._process.kill()
             self._process.join(2.0)
+
+
+def _cut_short(events: Sequence[Event], error: str) -> ReplyFinished:
+    """The end of a reply whose engine process exited: the text and tokens its steps
+    committed are kept (as an in-process error mid-reply keeps them), ``reason="error"``."""
+    steps = [e for e in events if isinstance(e, StepVerified)]
+    started = next((e for e in events if isinstance(e, ReplyStarted)), None)
+    tokens = [t.id for st in steps for t in (*st.proposed[: st.n_accepted], st.committed) if t is not None]
+    return dataclasses.replace(
+        failed(error, steps[-1].n_past_after if steps else started.n_prompt if started else 0),
+        token_ids=tuple(tokens),
+        text="".join(span.text for st in steps for span in st.delta),
+        n_tokens=len(tokens),
+        n_steps=len(steps),
+        seed=started.sampling.get("seed") if started is not None and started.sampling else None,
+    )
 
 
 def load_in_process(

@@ -130,9 +130,12 @@ def test_a_killed_engine_process_ends_the_reply_and_f5_loads_again() -> None:
             assert app.speculator is None and "no models loaded (f5 loads them)" in str(
                 app.query_one("#status").render()
             )
-            # the conversation stays: the message, and the partial reply as far as it got
-            assert [(e.role, e.content) for e in app.transcript.entries] == [("user", PROMPT)]
-            assert not app.query(AssistantMessage)  # the partial reply is not kept, as after any error
+            # the conversation stays: the message, and the reply as far as its steps got, marked failed
+            user, partial = app.transcript.entries
+            assert (user.role, user.content) == ("user", PROMPT) and partial.role == "assistant"
+            assert partial.content and partial.content == "".join(s.text for st in partial.steps for s in st.delta)
+            assert partial.finish.reason == "error" and partial.finish.n_steps == len(partial.steps) >= 1
+            assert app.query(AssistantMessage).last().has_class("-error")
             await pilot.press("f5")
             await wait_until(pilot, lambda: app.speculator is not None, 240, "the models to load again")
             app.generation = GenerationSettings(max_tokens=6)
