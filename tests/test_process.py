@@ -10,6 +10,8 @@ import multiprocessing
 import os
 import pickle
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -151,3 +153,36 @@ def test_a_reply_in_the_child_equals_the_reply_in_process(
     finally:
         proxy.close()
     assert not _engines()
+
+
+def test_the_engine_process_starts_under_a_captured_stderr(tmp_path: Path) -> None:
+    """Under Textual ``sys.stderr`` is a capture object whose ``fileno()`` is -1; multiprocessing's
+    resource tracker, started with the first spawn, passed that on and the spawn failed with
+    "bad value(s) in fds_to_keep". A fresh interpreter, so the tracker is not running yet."""
+    script = f"""
+import sys
+from pathlib import Path
+from skippy_tui.engine.errors import ModelFileError
+from skippy_tui.engine.loader import EngineSpec
+from skippy_tui.engine.process import load_in_process
+from skippy_tui.engine.settings import ModelSpec, SpeculationSettings
+
+class Capture:  # as Textual's: no descriptor
+    def write(self, text): return len(text)
+    def flush(self): pass
+    def fileno(self): return -1
+
+if __name__ == "__main__":
+    sys.stderr = Capture()
+    spec = EngineSpec(ModelSpec(Path({str(tmp_path / "missing.gguf")!r})), None, SpeculationSettings(enabled=False),
+                      Path({str(tmp_path)!r}), use_draft=False)
+    try:
+        load_in_process(spec)
+    except ModelFileError as e:
+        print("ModelFileError:", e)
+"""
+    path = tmp_path / "captured.py"
+    path.write_text(script, "utf-8")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120, env=env)
+    assert out.stdout.startswith("ModelFileError: model file not found"), out.stdout + out.stderr

@@ -33,6 +33,7 @@ import multiprocessing
 import os
 import queue
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -466,6 +467,33 @@ def _cut_short(events: Sequence[Event], error: str) -> ReplyFinished:
     )
 
 
+_tracker_lock = threading.Lock()
+
+
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (every spawn needs it) with fd 2 as its stderr.
+
+    It passes ``sys.stderr.fileno()`` on to the tracker, and under Textual
+    ``sys.stderr`` is a capture object with no usable descriptor: the spawn
+    failed with "bad value(s) in fds_to_keep". In the app fd 2 is the log file.
+    """
+    from multiprocessing import resource_tracker
+
+    with _tracker_lock:
+        try:
+            usable = sys.stderr is not None and sys.stderr.fileno() >= 0
+        except (AttributeError, OSError, ValueError):
+            usable = False
+        if usable:
+            resource_tracker.ensure_running()
+            return
+        captured, sys.stderr = sys.stderr, os.fdopen(2, "w", closefd=False)
+        try:
+            resource_tracker.ensure_running()
+        finally:
+            sys.stderr = captured
+
+
 def load_in_process(
     spec: EngineSpec, progress: Progress = _noop, cancelled: Callable[[], bool] = _never
 ) -> ProcessSpeculator:
@@ -483,6 +511,7 @@ def load_in_process(
         SkippyError: the child exited during the load (``exit_message``).
     """
     ctx = multiprocessing.get_context("spawn")
+    _start_resource_tracker()
     conn, child_conn = ctx.Pipe()
     process = ctx.Process(target=_child_main, args=(child_conn, spec), name="skippy-engine", daemon=True)
     process.start()
