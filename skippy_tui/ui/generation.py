@@ -240,7 +240,8 @@ class GenerationMixin:
         in-process one is left alone (closing it could block on a lost RPC server)."""
         lost, self.speculator = self.speculator, None
         if lost is not None and self.owns_speculator and getattr(lost, "separate_process", False):
-            lost.close()
+            # off the UI thread: a child stuck on a lost RPC server is killed only after a grace time
+            threading.Thread(target=lost.close, name="skippy-close-engine", daemon=True).start()
         self.owns_speculator = False
 
     async def _generate_failed(self, worker: Worker) -> None:
