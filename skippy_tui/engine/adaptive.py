@@ -8,16 +8,26 @@ Cost model, per step with ``k`` proposed tokens (all times in ms, medians of
 the most recent measurements)::
 
     T(0) = o + V(1)
-    T(k) = o + s + c_d * D(k) + V(1 + M(k)) + r * R(k)          k >= 1
+    T(k) = o + s + C(b) / H + c_1 + c_d * (D(k) - 1) + V(1 + M(k)) + r * R(k)      k >= 1
 
 * ``o``: per-step overhead outside sync/draft/verify (commit loop, events);
 * ``r``: what a rejection adds to its step (removing the rejected positions
   from the target's KV cache, the panel's top-k lists), charged through
   ``R(k)``, the probability that a step proposing up to ``k`` tokens has one
   rejected — not to plain steps, which never roll back;
-* ``s``: the draft sync of a step that follows a speculative step (usually a
-  one-token extend; catch-up prefills after plain steps are not counted);
-* ``c_d``: draft cost per draft call (a draft model's decode; ~0 for n-gram);
+* ``s``: the draft's steady sync, of a step that follows one it drafted (a
+  one-token extend or a rollback);
+* ``C(b)``: the catch-up, what syncing a draft ``b`` tokens behind costs more
+  than ``s`` (``b`` grows with every step it did not draft: plain steps, or
+  the other source's). Measured by prefill length like ``V``; before that,
+  ``s`` scaled by the target's relative cost per extra row. Spread over ``H``
+  steps, how many the source recently drafted in a row after a catch-up
+  (``catchup_horizon`` until measured): a model kept for long after a switch
+  pays it once, one used for a step or two between n-gram copies pays it each
+  time; a probe's one step is charged all of it (see below);
+* ``c_1``, ``c_d``: the draft's first call of a proposal and each later call (a
+  model's first decode after a sync runs colder; ``c_1 = c_d`` when the calls
+  are not timed one by one, ~0 for n-gram);
 * ``V(b)``: the target's verify cost for a batch of ``b`` rows, measured per
   ``b`` and interpolated piecewise-linearly between measured sizes;
 * all of them rescaled by the machine's current *slowdown* (this step's
@@ -41,7 +51,11 @@ doubling up to ``probe_max`` while the verdict — speculate or not — holds an
 the alternative is expected to be clearly worse, < ``CLOSE`` of the best) one
 step probes an alternative instead: the best speculative k when plain decoding wins (so the
 policy notices when speculation starts to pay), otherwise alternately plain
-decoding and ``best + 1``.
+decoding and ``best + 1``. After a plain streak a probe first pays the draft's
+catch-up, which grows with the streak: it is judged "close" with all of it
+charged, and it waits until its expected extra cost fits :data:`PROBE_BUDGET`
+of the streak's time, so near break-even, where it would cost more than it can
+find, it stops (a new reply starts with the draft synced, and probes again).
 
 The policy is pure Python (no model, no clock): feed it :meth:`AdaptiveK.observe`
 and ask :meth:`AdaptiveK.choose`, which makes it table-testable with synthetic
@@ -62,6 +76,17 @@ WINDOW = 9
 
 CLOSE = 0.9
 """A probed alternative expected within this fraction of the best keeps probes frequent."""
+
+PROBE_BUDGET = 0.02
+"""What a probe that must first catch the draft up may cost: at most this fraction of the
+time the tokens since the draft last drafted took (its extra ms over the best option's
+for the same tokens). The catch-up grows with those tokens, so near break-even, where
+every probe pays it, probes wait (or stop) instead of costing more than they can find."""
+
+EVIDENCE = 8
+"""Drafted steps before the verdict is trusted: until then probes back off only from an
+alternative under half of the best, and may spend 4 x :data:`PROBE_BUDGET` (two unlucky
+warm-up steps must not switch a good draft off for the rest of the reply)."""
 
 
 class Recent:
@@ -154,6 +179,14 @@ class Costs:
     sync: float = 0.0
     overhead: float = 0.0
     rollback: float = 0.0
+    draft_first: float | None = None
+    """The first draft call of a proposal, when it differs (``draft_per_call`` is then each later one)."""
+
+    def draft_ms(self, calls: float) -> float:
+        """Draft ms of a proposal making ``calls`` expected decodes (>= 1 once it proposes)."""
+        if self.draft_first is None or calls <= 0:
+            return self.draft_per_call * calls
+        return self.draft_first + self.draft_per_call * (calls - 1)
 
     def verify_at(self, batch: float) -> float:
         """``V`` at a fractional batch size (linear between integer sizes)."""
@@ -192,13 +225,7 @@ def expected_step_ms(
         if accept is not None:
             rejects += reach * q * (1.0 - accept[i])
             reach *= q * accept[i]
-    return (
-        costs.overhead
-        + costs.sync
-        + costs.draft_per_call * calls
-        + costs.verify_at(1 + offered)
-        + costs.rollback * rejects
-    )
+    return costs.overhead + costs.sync + costs.draft_ms(calls) + costs.verify_at(1 + offered) + costs.rollback * rejects
 
 
 def expected_rates(
@@ -222,7 +249,7 @@ def expected_rates(
         calls += p
         p *= q
         offered += p
-        step = fixed + costs.draft_per_call * calls + costs.verify_at(1 + offered) + costs.rollback * rejects
+        step = fixed + costs.draft_ms(calls) + costs.verify_at(1 + offered) + costs.rollback * rejects
         rates.append(1000.0 * tokens / step)
     return rates
 
@@ -290,6 +317,23 @@ class _Counts:
                     self.accepted[i] += 1
 
 
+def _run_lengths(num: Sequence[float], den: Sequence[float], n: int, first_prior: float, weight: float) -> list[float]:
+    """Conditional acceptance by position for a run-length (geometric) model: position 1
+    (is the proposal right at all), with a prior of ``weight`` pseudo-counts at
+    ``first_prior``, and one rate for every later position (does a run, once started, go
+    on), pooled over all of them.
+
+    Per position, the deepest positions are seen only in the few longest proposals: one
+    rejection there (a long n-gram copy that ran into an edit) set the rate of every
+    position after it, which were then never tried, so proposals stayed at that length
+    however long the copies ran.
+    """
+    x0, d0 = (num[0], den[0]) if num and den else (0.0, 0.0)
+    first = (x0 + weight * first_prior) / (d0 + weight)
+    later = (sum(num[1:]) + weight * first) / (sum(den[1:]) + weight)
+    return ([first] + [later] * max(n - 1, 0))[:n]
+
+
 def _smoothed(num: Sequence[float], den: Sequence[float], n: int, first_prior: float, weight: float) -> list[float]:
     """Per-position rates with a prior of ``weight`` pseudo-counts at the previous position's rate."""
     out: list[float] = []
@@ -311,8 +355,11 @@ class KPolicy(Protocol):
     chooses the source, so it has its own signature.
     """
 
-    def choose(self, k_max: int) -> tuple[int, str]:
-        """This step's ``k`` in ``0..k_max`` (``k_max >= 1``: what fits) and why, for the panel."""
+    def choose(self, k_max: int, behind: int = 0) -> tuple[int, str]:
+        """This step's ``k`` in ``0..k_max`` (``k_max >= 1``: what fits) and why, for the panel.
+
+        ``behind``: tokens the draft's cache lacks now (its catch-up prefill if it drafts).
+        """
         ...
 
 
@@ -322,7 +369,7 @@ class FixedK:
 
     __slots__ = ()
 
-    def choose(self, k_max: int) -> tuple[int, str]:
+    def choose(self, k_max: int, behind: int = 0) -> tuple[int, str]:
         return k_max, "fixed"
 
 
@@ -340,13 +387,23 @@ class AdaptiveK:
         probe_max: int = 128,
         decay: float = 0.98,
         warmup_k: int = 4,
+        catchup_horizon: float = 4.0,
+        runs: bool = False,
     ) -> None:
         self.verify = verify if verify is not None else VerifyCosts()
         self.probe_every = probe_every
         self.probe_max = probe_max
         self.decay = decay
         self.warmup_k = warmup_k
-        self.draft_call = Recent()
+        self.catchup_horizon = catchup_horizon
+        # the source copies spans (n-gram): acceptance by position is a run-length model
+        self.runs = runs
+        self.streaks = Recent()  # drafted steps in a row after a catch-up, the last ones ended
+        self._streak = 0
+        self.draft_call = Recent()  # ms per call, the step's draft time over its calls
+        self.draft_first = Recent()  # ms of a proposal's first call, when timed one by one
+        self.draft_next = Recent()  # ms of each later call (the mean over a step's)
+        self.prefill = VerifyCosts()  # the draft's sync ms by tokens prefilled
         self.sync = Recent()
         self.overhead = Recent()
         self.rollback = Recent()
@@ -365,8 +422,13 @@ class AdaptiveK:
 
     def reset_draft(self) -> None:
         """Forget draft-side measurements (another draft source); verify costs stay."""
-        self.draft_call, self.sync, self.counts = Recent(), Recent(), _Counts()
+        self._forget_draft_costs()
+        self.counts = _Counts()
         self._spec_steps, self._interval, self._since_probe = 0, self.probe_every, 0
+
+    def _forget_draft_costs(self) -> None:
+        self.draft_call, self.draft_first, self.draft_next, self.sync = Recent(), Recent(), Recent(), Recent()
+        self.prefill = VerifyCosts()
 
     def observe(
         self,
@@ -379,12 +441,17 @@ class AdaptiveK:
         verify_ms: float = 0.0,
         step_ms: float | None = None,
         rollback_ms: float = 0.0,
+        sync_tokens: int | None = None,
+        draft_calls_ms: Sequence[float] = (),
         **_: object,
     ) -> None:
         """Record one finished step (``k`` asked for, ``n_proposed`` offered, ``n_accepted`` kept).
 
         Times in ms; ``step_ms`` is the whole step, ``rollback_ms`` the part of it a
-        rejection added (0 for a step that rejected nothing).
+        rejection added (0 for a step that rejected nothing). ``sync_tokens``: what
+        the draft's sync prefilled (None: unknown; then only a sync right after a
+        drafted step counts as steady). ``draft_calls_ms``: each draft decode's ms,
+        when the source times them (the first call is modelled apart).
         """
         batch = n_proposed + 1
         expected = self.verify.at(batch)
@@ -404,9 +471,21 @@ class AdaptiveK:
                 # the draft runs at under half its recorded cost: whatever slowed the earlier
                 # samples (a load spike, first-touch paging) is over, and a median of them would
                 # keep auto on plain steps for many probes; its sync is a draft decode too
-                self.draft_call, self.sync = Recent(), Recent()
+                self._forget_draft_costs()
             self.draft_call.add(sample)
-            if self._prev_k > 0:
+            if draft_calls_ms:
+                self.draft_first.add(draft_calls_ms[0] / f)
+                if len(draft_calls_ms) > 1:
+                    self.draft_next.add(sum(draft_calls_ms[1:]) / (len(draft_calls_ms) - 1) / f)
+            if sync_tokens:
+                self.prefill.add(sync_tokens, sync_ms / f)
+            if sync_tokens is not None and sync_tokens > 1:  # a catch-up: the last streak ended
+                if self._streak:
+                    self.streaks.add(self._streak)
+                self._streak = 0
+            self._streak += 1
+            # the steady sync: a catch-up after steps this source did not draft is C(b), not s
+            if (sync_tokens is not None and sync_tokens <= 1) or (sync_tokens is None and self._prev_k > 0):
                 self.sync.add(sync_ms / f)
             self.counts.decay(self.decay)
             self.counts.add(k, n_proposed, n_accepted)
@@ -426,9 +505,10 @@ class AdaptiveK:
         return self._spec_steps >= 2
 
     def acceptance(self, n: int) -> list[float]:
-        """Estimated conditional acceptance ``a_1..a_n``."""
+        """Estimated conditional acceptance ``a_1..a_n``: a run-length model for a source that
+        copies spans (:func:`_run_lengths`), else each unmeasured position like the one before."""
         c = self.counts
-        return _smoothed(c.accepted, c.reached, n, 0.5, 1.0)
+        return (_run_lengths if self.runs else _smoothed)(c.accepted, c.reached, n, 0.5, 1.0)
 
     def offer(self, n: int) -> list[float]:
         """Estimated ``q_1..q_n``: the draft offers position ``j`` once it offered ``j - 1``."""
@@ -446,21 +526,57 @@ class AdaptiveK:
         """
         return self._slowdown.value or 1.0
 
-    def costs(self, k_max: int) -> Costs | None:
-        """The current cost estimates (ms at the current slowdown), or None while something is unmeasured."""
+    def _row_slope(self) -> float:
+        """The target's extra cost per verify row relative to one row (prior for the draft's prefill)."""
+        pts = sorted(self.verify.measured().items())
+        if len(pts) < 2 or pts[0][1] <= 0:
+            return self.verify.prior_slope
+        (b0, v0), (b1, v1) = pts[0], pts[-1]
+        return min(max((v1 - v0) / ((b1 - b0) * v0), 0.02), 1.0)
+
+    @property
+    def horizon(self) -> float:
+        """Drafted steps a catch-up is spread over: how many in a row followed the recent
+        catch-ups (a model between n-gram copies drafts one or two), ``catchup_horizon``
+        before any streak ended."""
+        h = self.streaks.value
+        return min(max(h, 1.0), 4 * self.catchup_horizon) if h is not None else self.catchup_horizon
+
+    def catchup_ms(self, behind: int) -> float:
+        """``C(b)``: ms (at slowdown 1) a sync of ``behind`` tokens costs over a steady one-token sync."""
+        if behind <= 1:
+            return 0.0
+        self.prefill.prior_slope = self._row_slope()
+        one = self.prefill.at(1)
+        if one is not None:
+            return max((self.prefill.at(behind) or 0.0) - one, 0.0)
+        base = self.sync.value or self.draft_first.value or self.draft_call.value
+        return base * self.prefill.prior_slope * (behind - 1) if base else 0.0
+
+    def costs(self, k_max: int, behind: int = 0, horizon: float | None = None) -> Costs | None:
+        """The current cost estimates (ms at the current slowdown), or None while something is unmeasured.
+
+        ``behind``: tokens the draft must catch up on before it drafts; its
+        catch-up is spread over ``horizon`` steps (default :attr:`horizon`).
+        """
         d = self.draft_call.value
         if d is None or self.verify.at(1) is None:
             return None
         f = self.slowdown
-        s = self.sync.value if self.sync.value is not None else d
+        first, per_call = self.draft_first.value, d
+        if first is not None:
+            per_call = self.draft_next.value if self.draft_next.value is not None else first
+        s = self.sync.value if self.sync.value is not None else (first or d)
+        s += self.catchup_ms(behind) / max(horizon or self.horizon, 1.0)
         o = self.overhead.value or 0.0
         r = self.rollback.value or 0.0
         verify = [(self.verify.at(b) or 0.0) * f for b in range(1, k_max + 2)]
-        return Costs(verify, d * f, s * f, o * f, r * f)
+        return Costs(verify, per_call * f, s * f, o * f, r * f, first * f if first is not None else None)
 
-    def rates(self, k_max: int) -> list[float] | None:
-        """Expected tokens/s for k = 0..k_max, or None before warm-up data exists."""
-        costs = self.costs(k_max)
+    def rates(self, k_max: int, behind: int = 0, horizon: float | None = None) -> list[float] | None:
+        """Expected tokens/s for k = 0..k_max, or None before warm-up data exists (``behind``,
+        ``horizon``: see :meth:`costs`)."""
+        costs = self.costs(k_max, behind, horizon)
         if costs is None:
             return None
         return expected_rates(k_max, self.acceptance(k_max), costs, self.offer(k_max))
@@ -472,19 +588,23 @@ class AdaptiveK:
 
     # -- choosing -------------------------------------------------------------------
 
-    def choose(self, k_max: int) -> tuple[int, str]:
-        """This step's k in ``0..k_max`` and why (expected tokens/s of the alternatives)."""
+    def choose(self, k_max: int, behind: int = 0) -> tuple[int, str]:
+        """This step's k in ``0..k_max`` and why (expected tokens/s of the alternatives).
+
+        ``behind``: tokens the draft's cache lacks now (see :meth:`costs`).
+        """
         if self.verify.count(1) == 0:
             return 0, "auto: measuring plain step"
         if self._spec_steps >= 2 and self._prev_k == 0 and not 0.5 <= self.slowdown / self._draft_slowdown <= 2.0:
             # the machine's speed changed since the draft was measured (a load spike began
             # or ended): its cost relative to the target may have too, so measure it again
-            self.draft_call, self.sync, self._spec_steps = Recent(), Recent(), 0
+            self._forget_draft_costs()
+            self._spec_steps = 0
             self._interval, self._since_probe = self.probe_every, 0
             return min(self.warmup_k, k_max), "auto: re-measuring draft (machine speed changed)"
         if self._spec_steps < 2:
             return min(self.warmup_k, k_max), "auto: measuring draft"
-        rates = self.rates(k_max)
+        rates = self.rates(k_max, behind)
         assert rates is not None
         self.last_rates = rates
         best = best_k(rates)
@@ -494,18 +614,37 @@ class AdaptiveK:
         self._last_best = best
         self._since_probe += 1
         if self._since_probe >= self._interval and k_max >= 1:
-            self._since_probe = 0
             if best == 0:
                 probe = best_k(rates[1:]) + 1
+                if not self.affordable(k_max, probe, behind, rates[0]):
+                    return 0, f"auto: k=0 est {rates[0]:.1f} tok/s (probe waits: draft {behind} behind)"
             else:
                 self._probe_toggle = not self._probe_toggle
                 probe = 0 if self._probe_toggle or best == k_max else best + 1
+            self._since_probe = 0
             # back off only from clearly worse alternatives: near break-even the
-            # estimates are noisy and a wrong verdict costs more than a probe step
-            close = rates[probe] >= CLOSE * rates[best]
+            # estimates are noisy and a wrong verdict costs more than a probe step, but
+            # a probe after a plain streak pays the whole catch-up, so it is judged with it
+            judged = self.rates(k_max, behind, 1.0) if probe > 0 and behind > 1 else rates
+            # while little is drafted the acceptance is mostly prior: "close" is wider then
+            near = CLOSE if self._spec_steps >= EVIDENCE else 0.5
+            close = judged is not None and judged[probe] >= near * rates[best]
             self._interval = self.probe_every if close else min(self._interval * 2, self.probe_max)
             return probe, f"auto: probe k={probe} est {rates[probe]:.1f} tok/s (best k={best} {rates[best]:.1f})"
         return best, f"auto: k={best} est {rates[best]:.1f} tok/s (" + _alternatives(rates, best) + ")"
+
+    def affordable(self, k_max: int, k: int, behind: int, best_rate: float) -> bool:
+        """Whether a step at ``k`` (a probe or an exploring step), which first catches the
+        draft up on ``behind`` tokens, fits :data:`PROBE_BUDGET` against ``best_rate`` tok/s."""
+        if k <= 0 or behind <= 1 or best_rate <= 0:
+            return True
+        one_off = self.rates(k_max, behind, 1.0)
+        if one_off is None or one_off[k] <= 0:
+            return True
+        tokens = expected_tokens(k, self.acceptance(k), self.offer(k))
+        extra_ms = 1000.0 * tokens * (1.0 / one_off[k] - 1.0 / best_rate)
+        budget = PROBE_BUDGET * (1 if self._spec_steps >= EVIDENCE else 4)
+        return extra_ms <= budget * behind * 1000.0 / best_rate
 
 
 def _alternatives(rates: Sequence[float], best: int) -> str:
@@ -525,7 +664,8 @@ class SourceChooser:
     and that source's policy then picks k, probing as it does alone. A source
     not measured yet is measured first; every ``explore_every`` steps the
     other source gets a step (backing off to ``explore_max`` while it is
-    clearly worse), so a source that became good is noticed. The n-gram
+    clearly worse, and for the model only within :data:`PROBE_BUDGET` of its
+    catch-up over the n-gram's copies), so a source that became good is noticed. The n-gram
     proposal is also judged on steps it did not make (:meth:`shadow`): its
     tokens are compared with the committed ones, which under greedy decoding
     and the coupled sampler are exactly what verification would have accepted.
@@ -547,12 +687,14 @@ class SourceChooser:
         """The policy that measures steps of ``source`` (``model`` or ``ngram``)."""
         return self.ngram if source == "ngram" or self.model is None else self.model
 
-    def choose(self, k_max_model: int, ngram_available: int) -> tuple[str, int, str]:
+    def choose(self, k_max_model: int, ngram_available: int, model_behind: int = 0) -> tuple[str, int, str]:
         """``(source, k, reason)`` for this step.
 
         Args:
             k_max_model: the longest model proposal allowed now (0: no model).
             ngram_available: tokens the n-gram match can propose now (0: no match).
+            model_behind: tokens the draft model's cache lacks now (its catch-up
+                prefill if it drafts: it grows over n-gram and plain steps).
 
         ``k = 0`` is a plain step; ``source`` then names the policy that chose it.
         """
@@ -564,11 +706,12 @@ class SourceChooser:
         if not options:
             source = "model" if self.model is not None else "ngram"
             return source, 0, f"auto: {source} plain (no n-gram match{'' if self.model else ', no draft model'})"
+        behind = {"model": model_behind, "ngram": 0}
         best: dict[str, tuple[int, float]] = {}
         for source, k_max in options.items():
-            rates = self.policy(source).rates(k_max)
+            rates = self.policy(source).rates(k_max, behind[source])
             if rates is None or not self.policy(source).measured:
-                k, why = self.policy(source).choose(k_max)  # measure it first
+                k, why = self.policy(source).choose(k_max, behind[source])  # measure it first
                 return source, k, f"auto: {source} {why.removeprefix('auto: ')}"
             k = best_k(rates)
             best[source] = (k, rates[k])
@@ -576,18 +719,30 @@ class SourceChooser:
         chosen = max(best, key=lambda s: best[s][1])
         other = next((s for s in best if s != chosen), None)
         self._since += 1
-        if other is not None and self._since >= self._interval:
+        if other is not None and self._since >= self._interval and self._explore_pays(other, options, behind, best):
             # explore: the other source proposes this step, often while it is close
             self._since = 0
-            close = best[other][1] >= CLOSE * best[chosen][1]
-            self._interval = self.explore_every if close else min(self._interval * 2, self.explore_max)
-            rates = self.policy(other).rates(options[other]) or [0.0]
+            rates = self.policy(other).rates(options[other], behind[other]) or [0.0]
             k = best_k(rates[1:]) + 1 if len(rates) > 1 else 0
+            # one exploring step pays the whole catch-up (not spread over a run of steps)
+            judged = self.policy(other).rates(options[other], behind[other], 1.0) or [0.0]
+            close = judged[k] >= CLOSE * best[chosen][1]
+            self._interval = self.explore_every if close else min(self._interval * 2, self.explore_max)
             note = f"; {chosen} k={best[chosen][0]} est {best[chosen][1]:.1f}"
             return other, k, f"auto: {other} explore k={k} est {rates[k]:.1f} tok/s{note}"
-        k, why = self.policy(chosen).choose(options[chosen])
+        k, why = self.policy(chosen).choose(options[chosen], behind[chosen])
         note = f"; {other} k={best[other][0]} est {best[other][1]:.1f}" if other is not None else ""
         return chosen, k, f"auto: {chosen} {why.removeprefix('auto: ')}{note}"
+
+    def _explore_pays(
+        self, other: str, options: dict[str, int], behind: dict[str, int], best: dict[str, tuple[int, float]]
+    ) -> bool:
+        """Whether exploring ``other`` now fits :data:`PROBE_BUDGET` (a model far behind
+        the n-gram's copies first prefills all of them)."""
+        policy = self.policy(other)
+        rates = policy.rates(options[other], behind[other]) or [0.0]
+        k = best_k(rates[1:]) + 1 if len(rates) > 1 else 0
+        return policy.affordable(options[other], k, behind[other], max(r for _, r in best.values()))
 
     def shadow(self, source: str, proposal: Sequence[int], committed: Sequence[int]) -> None:
         """After a step of ``source``: judge the n-gram ``proposal`` it did not make

@@ -9,6 +9,7 @@ accepted proposal is an ``extend`` and after a rejection a ``truncate``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -19,6 +20,7 @@ from .events import SyncInfo
 from .kvcache import KvCache
 from .native import Context, Model
 from .sampling import Candidates
+from .sync import Extend, Reset, Truncate
 from .verify import GREEDY_DRAFT, DraftRule, ReplySampler
 
 
@@ -31,7 +33,9 @@ class Proposal:
     stopped on ``p_min``. Empty rows for sources without a distribution, whose
     ``probs`` are ``None``. ``source``: what proposed it (``model``/``ngram``).
     ``dists``: the draft's filtered distribution per token when the verifier
-    needs it (rejection sampling), else empty.
+    needs it (rejection sampling), else empty. ``call_ms``: the wall time (ms) of
+    each draft-model decode, in order (empty for sources that decode nothing): the
+    first call of a proposal costs more than the rest (auto's cost model).
     """
 
     tokens: tuple[int, ...] = ()
@@ -39,6 +43,7 @@ class Proposal:
     rows: tuple[np.ndarray, ...] = field(default=(), repr=False)
     source: str = ""
     dists: tuple[Candidates | None, ...] = field(default=(), repr=False)
+    call_ms: tuple[float, ...] = field(default=(), repr=False)
 
 
 class Drafter(Protocol):
@@ -85,6 +90,22 @@ class ModelDrafter:
     def sync(self, context: Sequence[int], epoch: object | None = None) -> SyncInfo:
         return self.cache.sync(context, epoch=epoch)
 
+    def behind(self, context: Sequence[int], epoch: object | None = None) -> int:
+        """Tokens a :meth:`sync` to ``context`` would prefill now (0 when synced).
+
+        Pure: plans without decoding (O(new tokens) within one ``epoch``). After a
+        run of steps the model did not draft, this is the catch-up its next
+        proposal pays first.
+        """
+        plan = self.cache.state.plan(context, epoch)
+        if isinstance(plan, Extend):
+            return plan.to - plan.from_
+        if isinstance(plan, Truncate):
+            return plan.to - plan.keep
+        if isinstance(plan, Reset):
+            return plan.to
+        return 0
+
     def propose(self, context: Sequence[int], k: int, p_min: float, rule: DraftRule | None = None) -> Proposal:
         """Up to ``k`` tokens after ``context``, each picked by ``rule`` (default: greedy,
         no penalties); call :meth:`sync` first.
@@ -101,8 +122,11 @@ class ModelDrafter:
         probs: list[float] = []
         rows: list[np.ndarray] = []
         dists: list[Candidates | None] = []
+        call_ms: list[float] = []
         for i in range(k):
+            t = time.perf_counter()
             logits = self.cache.ctx.decode([current], pos + i, 1)[0]
+            call_ms.append((time.perf_counter() - t) * 1000)
             self.cache.state.record_proposal_step(current)
             rows.append(logits)
             tid, p, dist = rule.choose(logits)
@@ -112,7 +136,7 @@ class ModelDrafter:
             probs.append(p)
             dists.append(dist)
             current = tid
-        return Proposal(tuple(tokens), tuple(probs), tuple(rows), self.source, tuple(dists))
+        return Proposal(tuple(tokens), tuple(probs), tuple(rows), self.source, tuple(dists), tuple(call_ms))
 
     def reset(self) -> None:
         self.cache.reset()

@@ -175,7 +175,8 @@ class Speculator:
     def _policy(self, source: str) -> AdaptiveK:
         key = (source, self._mode)
         if key not in self._policies:
-            self._policies[key] = AdaptiveK(self._verify_costs)
+            # an n-gram proposal is a copy: right for a run, then wrong (a run-length model)
+            self._policies[key] = AdaptiveK(self._verify_costs, runs=source == "ngram")
         return self._policies[key]
 
     def reset_policies(self) -> None:
@@ -441,17 +442,19 @@ class Speculator:
         k_max = min(k_ngram if self.drafter.source == "ngram" else spec.k_max, fits)
         k_max = min(k_max, self.drafter.room(context))
         policy, offer = self.estimator, ()
+        # what the draft model would prefill before proposing: its catch-up after steps it did not draft
+        behind = self.model_drafter.behind(context, self._epoch) if self.model_drafter is not None else 0
         if isinstance(self.k_policy, SourceChooser):
             drafter: AutoDrafter = self.drafter  # type: ignore[assignment]
             offer = drafter.available(context, k_ngram, self._epoch) if k_ngram > 0 else []
             k_model = max(k_max, 0) if drafter.model is not None else 0
-            source, k, why = self.k_policy.choose(k_model, len(offer))
+            source, k, why = self.k_policy.choose(k_model, len(offer), behind)
             drafter.route = source
             policy = self.k_policy.policy(source)
         elif k_max <= 0:
             return KChoice(0, "no room", policy)
         else:
-            k, why = self.k_policy.choose(k_max)
+            k, why = self.k_policy.choose(k_max, behind if self.drafter is self.model_drafter else 0)
         if 0 < k < spec.n_min:
             k, why = 0, f"k={k} below n_min={spec.n_min}"
         return KChoice(k, why, policy, offer)
@@ -483,7 +486,7 @@ class Speculator:
         proposal = self.drafter.propose(context, k, self.speculation.p_min, rule)  # type: ignore[union-attr]
         ms = (time.perf_counter() - t) * 1000
         if len(proposal.tokens) < max(self.speculation.n_min, 1):
-            proposal = Proposal(rows=proposal.rows)
+            proposal = Proposal(rows=proposal.rows, call_ms=proposal.call_ms)
         return Proposed(proposal, ms)
 
     def _verify(
@@ -527,10 +530,13 @@ class Speculator:
             # the n-gram's offer, judged against what was committed: free acceptance data
             proposed_by = proposed.proposal.source if n_proposed else "none"
             self.k_policy.shadow(proposed_by, step.choice.ngram_offer, committed.tokens[: committed.n_looked])
+        info = synced.info
         step.choice.policy.observe(
             k=step.choice.k, n_proposed=n_proposed, n_accepted=committed.n_accepted,
             sync_ms=synced.ms, draft_ms=proposed.ms, verify_ms=verified.ms, step_ms=step_ms,
             rollback_ms=rollback_ms,
+            sync_tokens=info.end - info.start if info.kind in ("extend", "truncate", "reset") else 0,
+            draft_calls_ms=proposed.proposal.call_ms,
         )  # fmt: skip
 
     def _verify_decode(self, batch: list[int], n_past: int) -> np.ndarray:
