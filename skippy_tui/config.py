@@ -105,12 +105,16 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "transcript_dir": "",
         "yield_cpu": True,
         "history": True,
+        "engine": "process",
     },
 }
 
 
 _INT_OR_WORD = {("speculation", "n_draft"): "auto", ("sampling", "seed"): "random"}
 """Keys that take an integer or one word."""
+
+_WORDS = {("ui", "engine"): ("process", "thread")}
+"""Keys that take one of a few words."""
 
 
 def _type_name(v: Any) -> str:
@@ -300,8 +304,12 @@ def _check_value(source: Path | None, section: str, key: str, value: Any) -> Any
         ok = all(
             isinstance(x, (int, float)) and not isinstance(x, bool) if number else isinstance(x, str) for x in value
         )
+    if (section, key) in _WORDS:
+        ok = value in _WORDS[section, key]
     if not ok:
         allowed = _type_name(default)
+        if (section, key) in _WORDS:
+            allowed = "one of " + ", ".join(f'"{w}"' for w in _WORDS[section, key])
         if (section, key) in _INT_OR_WORD:
             allowed = f'an integer or "{_INT_OR_WORD[section, key]}"'
         raise ConfigError(f"{where}[{section}] {key} = {value!r} is not allowed: expected {allowed}")

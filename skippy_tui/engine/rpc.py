@@ -389,11 +389,17 @@ def _models(speculator: Any) -> list[Any]:
 
 def remote_label(speculator: Any) -> str:
     """:func:`status_label` of a loaded speculator's target and draft model."""
+    if getattr(speculator, "separate_process", False):  # engine/process.py: as its child last said
+        return speculator.remote
     return status_label(_models(speculator)) if speculator is not None else ""
 
 
 def speculator_lost(speculator: Any) -> str:
-    """Why a loaded speculator's RPC server is lost (it must be loaded again), or ``""``."""
+    """Why a loaded speculator's RPC server is lost (it must be loaded again), or ``""``.
+
+    For a speculator in an engine process, also why that process exited."""
     if speculator is None:
         return ""
+    if getattr(speculator, "separate_process", False):
+        return speculator.lost
     return lost_reason(s for m in _models(speculator) for s in getattr(m, "rpc_servers", ()))

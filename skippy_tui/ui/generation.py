@@ -216,9 +216,13 @@ class GenerationMixin:
         if fin.reason == "error":
             from ..engine.rpc import speculator_lost
 
-            if speculator_lost(self.speculator):  # its RPC server is gone: F5 loads again once it is back
-                self.speculator = None
-            self.notify(fin.error or "generation failed", title="Generation failed", severity="error", timeout=10)
+            lost = speculator_lost(self.speculator)
+            if lost:  # its engine process exited or its RPC server is gone: F5 loads again; the chat stays
+                self._drop_lost_speculator()
+            self.notify(
+                (fin.error or "generation failed") + (". Press F5 to load the models again." if lost else ""),
+                title="Generation failed", severity="error", timeout=10,
+            )  # fmt: skip
         elif fin.reason == "cancelled":
             self.notify("Stopped.", timeout=2)
         elif fin.reason == "context_full":
@@ -230,6 +234,15 @@ class GenerationMixin:
         self._save_history()
         if self._switched is not None:  # models chosen in the picker loaded during this reply
             self._swap_models()
+
+    def _drop_lost_speculator(self) -> None:
+        """Unload a speculator that can no longer answer. An engine process is ended; an
+        in-process one is left alone (closing it could block on a lost RPC server)."""
+        lost, self.speculator = self.speculator, None
+        if lost is not None and self.owns_speculator and getattr(lost, "separate_process", False):
+            # off the UI thread: a child stuck on a lost RPC server is killed only after a grace time
+            threading.Thread(target=lost.close, name="skippy-close-engine", daemon=True).start()
+        self.owns_speculator = False
 
     async def _generate_failed(self, worker: Worker) -> None:
         """The generate worker raised (an unexpected exception in the engine thread;

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from textual import work
@@ -86,11 +87,22 @@ class LoadingMixin:
             self.notify(f"Settings re-read from {fresh.source or 'the defaults'}.", timeout=4)
         return True
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="load", name="load")
-    def _load(self, spec: Any, cancel: threading.Event) -> Any:
+    def _loader(self) -> Callable[..., Any]:
+        """``load_speculator``, or ``load_in_process`` with ``[ui] engine = "process"``: the
+        engine in a child process shares no GIL with rendering (engine/process.py)."""
+        if self.config.get("ui", "engine") == "process":
+            from ..engine.process import load_in_process
+
+            return load_in_process
         from ..engine.loader import load_speculator
 
-        return load_speculator(spec, lambda stage, f: self.post_message(LoadProgress(stage, f)), cancel.is_set)
+        return load_speculator
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="load", name="load")
+    def _load(self, spec: Any, cancel: threading.Event) -> Any:
+        # a worker thread at the engine's priority (ui/priority.py): a child process inherits it
+        load = self._loader()
+        return load(spec, lambda stage, f: self.post_message(LoadProgress(stage, f)), cancel.is_set)
 
     def on_load_progress(self, msg: LoadProgress) -> None:
         if not self.loading:
@@ -160,9 +172,8 @@ class LoadingMixin:
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="switch", name="switch")
     def _switch_models(self, spec: Any, cancel: threading.Event) -> Any:
-        from ..engine.loader import load_speculator
-
-        return load_speculator(spec, lambda stage, f: self.post_message(SwitchProgress(stage, f)), cancel.is_set)
+        load = self._loader()
+        return load(spec, lambda stage, f: self.post_message(SwitchProgress(stage, f)), cancel.is_set)
 
     def on_switch_progress(self, msg: SwitchProgress) -> None:
         if self.switching is not None and self._switched is None:
@@ -210,6 +221,12 @@ class LoadingMixin:
             old.close()
         chat = " The conversation stays: the next reply prefills it." if self.transcript.entries else ""
         self.notify(f"Now on {choice.label}.{chat}", title="Models switched", timeout=5)
+
+    def on_unmount(self) -> None:
+        """The app is closing: an engine process this app started ends with it (no orphan)."""
+        spec = self.speculator
+        if spec is not None and self.owns_speculator and getattr(spec, "separate_process", False):
+            spec.close()
 
     def _show_error(self, title: str, error: BaseException | None) -> None:
         message = str(error) if isinstance(error, SkippyError) else f"{type(error).__name__}: {error}"

@@ -13,6 +13,10 @@ them and inherit it), made the event loop's default executor — where
 Textual's thread workers run — and only then are the UI's threads
 (the event loop, Textual's input and output threads) lowered. The UI still gets
 every idle moment, and all of the CPU between replies.
+
+With ``[ui] engine = "process"`` (engine/process.py) the engine runs in a child
+process; a child starts with the nice value of the thread that starts it, so
+the load worker (one of these engine threads) starts it at the normal priority.
 """
 
 from __future__ import annotations

@@ -427,11 +427,14 @@ def test_engine_thread_crash_ends_the_reply_with_a_notice(speculator) -> None:
     run(body())
 
 
-async def _continue_replayed(app: SkippyApp, pilot, saved: Transcript) -> None:
+async def _continue_replayed(app: SkippyApp, pilot, saved: Transcript, same_pair: Any) -> None:
     """Once the models load, a new message continues the replayed conversation: the engine's
-    prompt is the whole conversation, the transcript gains the turn, the next turn reuses the caches."""
+    prompt is the whole conversation, the transcript gains the turn, the next turn reuses the caches.
+
+    ``same_pair``: an in-process speculator on the same models, to tokenize with (the app's
+    engine runs in a child process)."""
     await wait_until(pilot, lambda: app.speculator is not None, 240, "the models to load")
-    spec = app.speculator
+    spec = same_pair
     assert app.owns_speculator and not app.replay and app.transcript == saved
     assert "spec on" in _status(app) and "replay" not in _status(app)
     question = "And what is 3+3?"
@@ -458,7 +461,7 @@ def _close_owned(app: SkippyApp) -> None:
 
 
 def test_cli_replay_continue_loads_the_models_and_continues(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, smollm2_f32: Path
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, speculator: Any
 ) -> None:
     """``skippy-tui replay FILE --continue``: the app the CLI builds is driven here instead of run."""
     cfg = tmp_path / "config.toml"
@@ -471,7 +474,7 @@ def test_cli_replay_continue_loads_the_models_and_continues(
     async def body() -> None:
         async with app.run_test(size=SIZE) as pilot:
             assert app.transcript_path == CHAT_JSON and (app.loading or app.speculator is not None)
-            await _continue_replayed(app, pilot, Transcript.load(CHAT_JSON))
+            await _continue_replayed(app, pilot, Transcript.load(CHAT_JSON), speculator)
 
     try:
         run(body())
@@ -479,7 +482,7 @@ def test_cli_replay_continue_loads_the_models_and_continues(
         _close_owned(app)
 
 
-def test_f5_loads_the_models_into_a_replay_and_continues(smollm2_f32: Path) -> None:
+def test_f5_loads_the_models_into_a_replay_and_continues(speculator: Any) -> None:
     app = SkippyApp(
         ui_config(max_tokens=6), transcript=Transcript.load(CHAT_JSON), transcript_path=CHAT_JSON, load_models=False
     )
@@ -489,7 +492,7 @@ def test_f5_loads_the_models_into_a_replay_and_continues(smollm2_f32: Path) -> N
             assert app.replay and app.speculator is None and "no models loaded (f5 loads them)" in _status(app)
             await pilot.press("f5")
             await wait_until(pilot, lambda: app.loading or app.speculator is not None, 5, "the load to start")
-            await _continue_replayed(app, pilot, Transcript.load(CHAT_JSON))
+            await _continue_replayed(app, pilot, Transcript.load(CHAT_JSON), speculator)
 
     try:
         run(body())

@@ -596,7 +596,7 @@ def test_quit_during_a_load_stops_the_load_without_an_error_dialog(monkeypatch: 
             time.sleep(0.05)
 
     monkeypatch.setattr(loader, "load_speculator", slow_load)
-    app = replay_app()
+    app = replay_app(ui_config(ui={"engine": "thread"}))  # the engine process's own: test_app_process
     errors: list[str] = []
     monkeypatch.setattr(app, "_show_error", lambda title, error: errors.append(title))
 

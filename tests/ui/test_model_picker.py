@@ -197,10 +197,12 @@ def test_snapshot_draft_step(snap_compare, library: Path, monkeypatch: pytest.Mo
 
 
 def test_switch_to_gemma_keeps_the_conversation(speculator: Any, library: Path) -> None:
-    """Default pair → Gemma alone: the chat stays, the next reply prefills it on Gemma."""
+    """Default pair → Gemma alone: the chat stays, the next reply prefills it on Gemma.
+
+    In a thread (``[ui] engine = "thread"``): the test tokenizes with the loaded Gemma."""
 
     async def body() -> None:
-        app = SkippyApp(_config(library), speculator=speculator)
+        app = SkippyApp(_config(library, ui={"engine": "thread"}), speculator=speculator)
         async with app.run_test(size=SIZE) as pilot:
             first = await _reply(app, pilot, "Say hi.")
             assert first.finish.reason in ("max_tokens", "eos")

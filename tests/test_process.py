@@ -1,0 +1,188 @@
+"""The engine in a child process (engine/process.py): errors, load, cancel, a reply, exit.
+
+The app-level behaviour (F3 mid-reply, Esc, a killed child, quit) is in
+``tests/ui/test_app_process.py``; here the proxy is driven directly.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from helpers import EXACT
+
+from skippy_tui.engine.errors import BoundsError, CancelledError, IncompatibleModelsError, ModelFileError, SkippyError
+from skippy_tui.engine.events import ReplyFinished, ReplyStarted, StepVerified
+from skippy_tui.engine.loader import EngineSpec, load_speculator
+from skippy_tui.engine.native import LoadParams
+from skippy_tui.engine.process import _error_payload, _rebuild, exit_message, load_in_process
+from skippy_tui.engine.settings import GenerationSettings, ModelSpec, SpeculationSettings
+
+MESSAGES = [{"role": "user", "content": "Name three colours."}]
+
+
+def _engines() -> list[multiprocessing.process.BaseProcess]:
+    return [p for p in multiprocessing.active_children() if p.name == "skippy-engine"]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        BoundsError("n_draft", -1, "1..64"),
+        ModelFileError("model file not found: /x.gguf"),
+        IncompatibleModelsError("vocab size differs by 200"),
+        CancelledError("model load cancelled"),
+        RuntimeError("boom"),
+    ],
+)
+def test_an_error_crosses_the_pipe_as_raised(error: Exception) -> None:
+    back = _rebuild(pickle.loads(pickle.dumps(_error_payload(error))))
+    # the app's dialogs depend on the type (SkippyError: shown as is) and the message
+    assert type(back) is (type(error) if isinstance(error, SkippyError) else SkippyError)
+    assert str(back) == str(error)
+    if isinstance(error, BoundsError):
+        assert (back.key, back.value, back.bound) == ("n_draft", -1, "1..64")
+
+
+def test_exit_messages() -> None:
+    assert exit_message(-9) == "the engine process exited (signal 9)"
+    assert exit_message(1) == "the engine process exited (code 1)"
+    assert exit_message(None) == "the engine process stopped answering"
+
+
+def _spec(target: Path, draft: Path | None, cache_dir: Path, n_batch: int = 256, **spec: object) -> EngineSpec:
+    lp = LoadParams(n_ctx=1024, n_batch=n_batch, n_ubatch=n_batch, threads=1, threads_batch=1, **EXACT)
+    return EngineSpec(
+        ModelSpec(target, lp),
+        ModelSpec(draft, lp) if draft else None,
+        SpeculationSettings(enabled=draft is not None, **spec),  # type: ignore[arg-type]
+        cache_dir,
+        use_draft=draft is not None,
+    )
+
+
+def test_load_errors_reach_the_app_with_their_type_and_message(
+    tmp_path: Path, cache_dir: Path, smollm2_q4_1: Path, gemma3_270m: Path
+) -> None:
+    """Refused before any weights load, in the child as in process: the same exception comes back."""
+    specs = [
+        _spec(tmp_path / "missing.gguf", None, cache_dir),
+        _spec(smollm2_q4_1, smollm2_q4_1, cache_dir, n_batch=2, n_draft=8),  # no room for a verify batch
+        _spec(smollm2_q4_1, gemma3_270m, cache_dir),
+    ]
+    for spec, expected in zip(specs, (ModelFileError, BoundsError, IncompatibleModelsError), strict=True):
+        with pytest.raises(expected) as here:
+            load_speculator(spec)
+        with pytest.raises(expected) as there:
+            load_in_process(spec)
+        assert type(there.value) is type(here.value) and str(there.value) == str(here.value)
+    assert not _engines()
+
+
+def test_a_cancelled_load_ends_the_child(smollm2_f32: Path, smollm2_q4_1: Path, cache_dir: Path) -> None:
+    stages: list[str] = []
+
+    def cancelled() -> bool:
+        return any(s.startswith("loading target") for s in stages)
+
+    t0 = time.monotonic()
+    with pytest.raises(CancelledError, match="cancelled"):
+        load_in_process(
+            _spec(smollm2_f32, smollm2_q4_1, cache_dir, n_draft=4), lambda s, f: stages.append(s), cancelled
+        )
+    assert time.monotonic() - t0 < 30
+    assert "ready" not in stages and not _engines()
+
+
+def test_a_reply_in_the_child_equals_the_reply_in_process(
+    smollm2_f32: Path, smollm2_q4_1: Path, cache_dir: Path
+) -> None:
+    """Same greedy tokens and event sequence; update answers from the child; a killed child
+    ends the reply in flight with the reason, and every later call says it too."""
+    spec = _spec(smollm2_f32, smollm2_q4_1, cache_dir, n_draft=4)
+    gen = GenerationSettings(max_tokens=24)
+    here = load_speculator(spec)
+    try:
+        expected = list(here.run(MESSAGES, gen))
+    finally:
+        here.close()
+    proxy = load_in_process(spec)
+    try:
+        assert proxy.pid != os.getpid() and proxy.n_ctx == 1024 and proxy.drafter.source == "model"
+        got = list(proxy.run(MESSAGES, gen))
+        assert [type(e) for e in got] == [type(e) for e in expected]
+        assert isinstance(got[0], ReplyStarted) and isinstance(got[-1], ReplyFinished)
+        assert got[-1].token_ids == expected[-1].token_ids and got[-1].text == expected[-1].text
+        assert [st.k for st in got if isinstance(st, StepVerified)] == [
+            st.k for st in expected if isinstance(st, StepVerified)
+        ]
+        assert proxy.n_past == got[-1].n_past
+        assert proxy.update(n_draft=2).n_draft == 2 and proxy.speculation.n_draft == 2
+        with pytest.raises(BoundsError) as info:
+            proxy.update(n_draft=0)
+        assert info.value.key == "n_draft" and proxy.speculation.n_draft == 2
+        proxy.forget()
+        fin = list(proxy.run(MESSAGES, gen))[-1]
+        assert fin.token_ids == expected[-1].token_ids  # k=2 from empty caches: the same greedy reply
+
+        # killed mid-reply
+        def kill() -> None:
+            time.sleep(0.3)
+            os.kill(proxy.pid, signal.SIGKILL)
+
+        threading.Thread(target=kill).start()
+        proxy.forget()
+        events = list(proxy.run(MESSAGES, GenerationSettings(max_tokens=2000)))
+        last, steps = events[-1], [e for e in events if isinstance(e, StepVerified)]
+        assert isinstance(last, ReplyFinished) and last.reason == "error"
+        assert last.error == "the engine process exited (signal 9)" == proxy.lost
+        # what the steps committed is kept, as an in-process error keeps it
+        assert last.text == "".join(s.text for st in steps for s in st.delta) and last.n_steps == len(steps)
+        assert len(last.token_ids) == sum(st.n_accepted + 1 for st in steps)
+        assert list(proxy.run(MESSAGES, gen))[-1].error == proxy.lost
+        with pytest.raises(SkippyError, match="signal 9"):
+            proxy.update(n_draft=3)
+    finally:
+        proxy.close()
+    assert not _engines()
+
+
+def test_the_engine_process_starts_under_a_captured_stderr(tmp_path: Path) -> None:
+    """Under Textual ``sys.stderr`` is a capture object whose ``fileno()`` is -1; multiprocessing's
+    resource tracker, started with the first spawn, passed that on and the spawn failed with
+    "bad value(s) in fds_to_keep". A fresh interpreter, so the tracker is not running yet."""
+    script = f"""
+import sys
+from pathlib import Path
+from skippy_tui.engine.errors import ModelFileError
+from skippy_tui.engine.loader import EngineSpec
+from skippy_tui.engine.process import load_in_process
+from skippy_tui.engine.settings import ModelSpec, SpeculationSettings
+
+class Capture:  # as Textual's: no descriptor
+    def write(self, text): return len(text)
+    def flush(self): pass
+    def fileno(self): return -1
+
+if __name__ == "__main__":
+    sys.stderr = Capture()
+    spec = EngineSpec(ModelSpec(Path({str(tmp_path / "missing.gguf")!r})), None, SpeculationSettings(enabled=False),
+                      Path({str(tmp_path)!r}), use_draft=False)
+    try:
+        load_in_process(spec)
+    except ModelFileError as e:
+        print("ModelFileError:", e)
+"""
+    path = tmp_path / "captured.py"
+    path.write_text(script, "utf-8")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120, env=env)
+    assert out.stdout.startswith("ModelFileError: model file not found"), out.stdout + out.stderr
