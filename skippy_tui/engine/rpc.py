@@ -394,6 +394,20 @@ def remote_label(speculator: Any) -> str:
     return status_label(_models(speculator)) if speculator is not None else ""
 
 
+def devices_label(speculator: Any) -> str:
+    """The backend a loaded speculator runs on, then its RPC devices: ``CPU + RPC0@host:port``.
+
+    An engine process says its own backend (from its load), so the app never opens
+    llama.cpp's libraries to ask."""
+    if getattr(speculator, "separate_process", False):
+        backend = speculator.backend
+    else:
+        from .native_devices import backend_name
+
+        backend = backend_name()
+    return " + ".join(filter(None, (backend, remote_label(speculator))))
+
+
 def speculator_lost(speculator: Any) -> str:
     """Why a loaded speculator's RPC server is lost (it must be loaded again), or ``""``.
 

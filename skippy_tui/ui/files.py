@@ -112,13 +112,12 @@ class FilesMixin:
         t = self.transcript
         spec = self.speculator
         if spec is not None:
-            from ..engine.native_devices import backend_name
-            from ..engine.rpc import remote_label
+            from ..engine.rpc import devices_label
 
             t.models = {
                 "target": spec.target_info.summary() if spec.target_info else None,
                 "draft": spec.draft_info.summary() if spec.draft_info else None,
-                "backend": " + ".join(filter(None, (backend_name(), remote_label(spec)))),
+                "backend": devices_label(spec),
                 "n_ctx": spec.n_ctx,
             }
         t.config = {s: dict(v) for s, v in self.config.values.items()}

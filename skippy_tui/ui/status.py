@@ -163,10 +163,9 @@ class StatusMixin:
         spec = self.speculator
         backend = ""
         if spec is not None:
-            from ..engine.native_devices import backend_name
-            from ..engine.rpc import remote_label
+            from ..engine.rpc import devices_label
 
-            backend = " + ".join(filter(None, (backend_name(), remote_label(spec))))  # + RPC0@host:port
+            backend = devices_label(spec)  # CPU + RPC0@host:port
         tps = self._live_stats.tokens_per_second if self.generating else last_tps(self.transcript.entries)
         return StatusState(
             speculator=spec,
