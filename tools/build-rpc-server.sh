@@ -26,6 +26,7 @@ if [ -z "$SRC" ]; then
 fi
 if ! { cmake -S "$SRC" -B "$OUT/build" -DGGML_RPC=ON -DGGML_LLAMAFILE=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
          -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release \
+         -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON \
        && cmake --build "$OUT/build" -j"$(nproc)" --target ggml-rpc-server; } >"$OUT/build.log" 2>&1; then
   echo "build-rpc-server: the build failed (last lines of $OUT/build.log):" >&2
   tail -n 15 "$OUT/build.log" >&2
