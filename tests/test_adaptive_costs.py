@@ -298,3 +298,35 @@ def test_a_copy_with_edits_goes_to_the_ngram_and_the_model_is_not_explored_at_an
     shrank to the shortest copy that met an edit, and every explore of the model first
     prefilled all the tokens the copies had committed (a second, once 250 were due)."""
     assert copy_rate(gap, "auto") >= share * copy_rate(gap, "ngram")
+
+
+def test_a_copy_after_free_text_runs_long_within_a_few_steps():
+    """Free text first: the n-gram's matches were short guesses, mostly wrong. Then the reply
+    copies its prompt and every proposal is accepted. Pooled with the guesses, a copy's
+    later positions were judged at the guesses' rate and proposals crept up by a token or two
+    per step (a 28-token copy ended before k passed 7); kept apart by the run in progress,
+    the copy is judged on copies and reaches long proposals within a few steps."""
+    verify = VerifyCosts()
+    for b in range(1, 34):
+        verify.add(b, 18.6 + 1.0 * (b - 1))
+    policy = AdaptiveK(verify, runs=True)
+    rng = random.Random(0)
+    for i in range(60):  # free text: 3-token guesses, a third right at the first token, half then go on
+        n_acc = 0
+        while n_acc < 3 and rng.random() < (0.33 if n_acc == 0 else 0.5):
+            n_acc += 1
+        if i % 4 == 0:
+            policy.observe(k=3, n_proposed=3, n_accepted=n_acc, draft_ms=0.01, verify_ms=18.6 + 3.0)
+        else:
+            policy.observe_acceptance(3, n_acc)
+        if n_acc == 0:
+            policy.run_broken()  # no match after the miss, as often in free text
+    ks = []
+    for _ in range(6):  # the copy
+        k, why = policy.choose(32)
+        ks.append(k)
+        if k:
+            policy.observe(k=k, n_proposed=k, n_accepted=k, draft_ms=0.01, verify_ms=18.6 + 1.0 * k)
+        else:
+            policy.observe_acceptance(4, 4)
+    assert max(ks[:5]) >= 16, ks

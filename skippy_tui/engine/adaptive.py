@@ -317,11 +317,19 @@ class _Counts:
                     self.accepted[i] += 1
 
 
-def _run_lengths(num: Sequence[float], den: Sequence[float], n: int, first_prior: float, weight: float) -> list[float]:
+def _run_lengths(
+    num: Sequence[float],
+    den: Sequence[float],
+    n: int,
+    first_prior: float,
+    weight: float,
+    later_prior: float | None = None,
+) -> list[float]:
     """Conditional acceptance by position for a run-length (geometric) model: position 1
     (is the proposal right at all), with a prior of ``weight`` pseudo-counts at
     ``first_prior``, and one rate for every later position (does a run, once started, go
-    on), pooled over all of them.
+    on), pooled over all of them, with its prior at ``later_prior`` (default: the first
+    position's rate).
 
     Per position, the deepest positions are seen only in the few longest proposals: one
     rejection there (a long n-gram copy that ran into an edit) set the rate of every
@@ -330,7 +338,8 @@ def _run_lengths(num: Sequence[float], den: Sequence[float], n: int, first_prior
     """
     x0, d0 = (num[0], den[0]) if num and den else (0.0, 0.0)
     first = (x0 + weight * first_prior) / (d0 + weight)
-    later = (sum(num[1:]) + weight * first) / (sum(den[1:]) + weight)
+    prior = first if later_prior is None else later_prior
+    later = (sum(num[1:]) + prior * weight) / (sum(den[1:]) + weight)
     return ([first] + [later] * max(n - 1, 0))[:n]
 
 
@@ -345,6 +354,19 @@ def _smoothed(num: Sequence[float], den: Sequence[float], n: int, first_prior: f
         out.append(rate)
         prior = rate
     return out
+
+
+# An n-gram source's acceptance is kept apart by how many tokens in a row it has just
+# predicted right (0, 1-3, 4-11, 12+): a copy in progress goes on far more often than a
+# match found in free text, and pooled counts let failed guesses in one reply hold back
+# the copy in the next (it took six steps to go past k=7 on a 28-token copy).
+RUN_BUCKETS = (1, 4, 12)
+RUN_PRIOR_WEIGHT = 2.0  # pseudo-counts of the shorter runs' rates in a bucket's estimate
+
+
+def run_bucket(run: int) -> int:
+    """The :data:`RUN_BUCKETS` index of a run of ``run`` tokens predicted right in a row."""
+    return sum(run >= b for b in RUN_BUCKETS)
 
 
 class KPolicy(Protocol):
@@ -408,6 +430,8 @@ class AdaptiveK:
         self.overhead = Recent()
         self.rollback = Recent()
         self.counts = _Counts()
+        self.by_run = [_Counts() for _ in range(len(RUN_BUCKETS) + 1)]  # runs only: counts by run bucket
+        self.run = 0  # tokens this source predicted right in a row, up to now
         self._interval = probe_every
         self._since_probe = 0
         self._probe_toggle = False
@@ -424,6 +448,8 @@ class AdaptiveK:
         """Forget draft-side measurements (another draft source); verify costs stay."""
         self._forget_draft_costs()
         self.counts = _Counts()
+        self.by_run = [_Counts() for _ in range(len(RUN_BUCKETS) + 1)]
+        self.run = 0
         self._spec_steps, self._interval, self._since_probe = 0, self.probe_every, 0
 
     def _forget_draft_costs(self) -> None:
@@ -487,17 +513,32 @@ class AdaptiveK:
             # the steady sync: a catch-up after steps this source did not draft is C(b), not s
             if (sync_tokens is not None and sync_tokens <= 1) or (sync_tokens is None and self._prev_k > 0):
                 self.sync.add(sync_ms / f)
-            self.counts.decay(self.decay)
-            self.counts.add(k, n_proposed, n_accepted)
+            self._count(k, n_proposed, n_accepted)
         self._prev_k = k
+
+    def _count(self, k: int, n_proposed: int, n_accepted: int) -> None:
+        """Add one judged proposal to the decayed acceptance counts (and, for a source that
+        copies spans, to its run bucket's, then extend or end the run)."""
+        self.counts.decay(self.decay)
+        self.counts.add(k, n_proposed, n_accepted)
+        if not self.runs:
+            return
+        for c in self.by_run:
+            c.decay(self.decay)
+        self.by_run[run_bucket(self.run)].add(k, n_proposed, n_accepted)
+        if n_proposed > 0:
+            self.run = self.run + n_accepted if n_accepted >= n_proposed else 0
+
+    def run_broken(self) -> None:
+        """The source has nothing to propose here (no match): its run of right tokens ends."""
+        self.run = 0
 
     def observe_acceptance(self, n_offered: int, n_accepted: int) -> None:
         """Acceptance seen without a step of this source: ``n_offered`` tokens it would
         have proposed were checked against the committed ones, the first ``n_accepted``
         matched (an n-gram proposal costs nothing to compute, so it is judged every step)."""
         if n_offered > 0:
-            self.counts.decay(self.decay)
-            self.counts.add(n_offered, n_offered, n_accepted)
+            self._count(n_offered, n_offered, n_accepted)
 
     @property
     def measured(self) -> bool:
@@ -508,7 +549,14 @@ class AdaptiveK:
         """Estimated conditional acceptance ``a_1..a_n``: a run-length model for a source that
         copies spans (:func:`_run_lengths`), else each unmeasured position like the one before."""
         c = self.counts
-        return (_run_lengths if self.runs else _smoothed)(c.accepted, c.reached, n, 0.5, 1.0)
+        if not self.runs:
+            return _smoothed(c.accepted, c.reached, n, 0.5, 1.0)
+        # pooled rates are bucket 0's prior, each bucket's rates the next one's: a bucket
+        # not seen yet is judged like the shorter runs before it, not like all matches
+        first, later = _run_lengths(c.accepted, c.reached, 2, 0.5, 1.0)
+        for b in self.by_run[: run_bucket(self.run) + 1]:
+            first, later = _run_lengths(b.accepted, b.reached, 2, first, RUN_PRIOR_WEIGHT, later_prior=later)
+        return ([first] + [later] * max(n - 1, 0))[:n]
 
     def offer(self, n: int) -> list[float]:
         """Estimated ``q_1..q_n``: the draft offers position ``j`` once it offered ``j - 1``."""
@@ -701,6 +749,8 @@ class SourceChooser:
         options: dict[str, int] = {}
         if ngram_available > 0:
             options["ngram"] = ngram_available
+        else:
+            self.ngram.run_broken()
         if self.model is not None and k_max_model > 0:
             options["model"] = k_max_model
         if not options:
