@@ -323,7 +323,7 @@ def test_a_copy_after_free_text_runs_long_within_a_few_steps():
             policy.run_broken()  # no match after the miss, as often in free text
     ks = []
     for _ in range(6):  # the copy
-        k, why = policy.choose(32)
+        k, _ = policy.choose(32)
         ks.append(k)
         if k:
             policy.observe(k=k, n_proposed=k, n_accepted=k, draft_ms=0.01, verify_ms=18.6 + 1.0 * k)
