@@ -124,9 +124,14 @@ def test_a_killed_engine_process_ends_the_reply_and_f5_loads_again() -> None:
             await _send(app, pilot, PROMPT)
             await wait_until(pilot, lambda: app.panel.timeline.row_count >= 1, 180, "the first step")
             os.kill(app.speculator.pid, signal.SIGKILL)
-            await wait_until(pilot, lambda: not app.generating, 30, "the reply to end")
-            notes = [n.message for n in app._notifications]
-            assert "the engine process exited (signal 9). Press F5 to load the models again." in notes, notes
+            died = "the engine process exited (signal 9). Press F5 to load the models again."
+            # the reply ends a moment before the death is told: wait for both, not the first
+            await wait_until(
+                pilot,
+                lambda: not app.generating and died in [n.message for n in app._notifications],
+                30,
+                "the reply to end and the death to be told",
+            )
             assert app.speculator is None and "no models loaded (f5 loads them)" in str(
                 app.query_one("#status").render()
             )
