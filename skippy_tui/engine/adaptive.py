@@ -340,6 +340,11 @@ def _run_lengths(
     first = (x0 + weight * first_prior) / (d0 + weight)
     prior = first if later_prior is None else later_prior
     later = (sum(num[1:]) + prior * weight) / (sum(den[1:]) + weight)
+    return _geometric(first, later, n)
+
+
+def _geometric(first: float, later: float, n: int) -> list[float]:
+    """``[first, later, later, ...]``, ``n`` long: the run-length model's rates by position."""
     return ([first] + [later] * max(n - 1, 0))[:n]
 
 
@@ -430,8 +435,7 @@ class AdaptiveK:
         self.overhead = Recent()
         self.rollback = Recent()
         self.counts = _Counts()
-        self.by_run = [_Counts() for _ in range(len(RUN_BUCKETS) + 1)]  # runs only: counts by run bucket
-        self.run = 0  # tokens this source predicted right in a row, up to now
+        self._forget_runs()
         self._interval = probe_every
         self._since_probe = 0
         self._probe_toggle = False
@@ -448,9 +452,12 @@ class AdaptiveK:
         """Forget draft-side measurements (another draft source); verify costs stay."""
         self._forget_draft_costs()
         self.counts = _Counts()
-        self.by_run = [_Counts() for _ in range(len(RUN_BUCKETS) + 1)]
-        self.run = 0
+        self._forget_runs()
         self._spec_steps, self._interval, self._since_probe = 0, self.probe_every, 0
+
+    def _forget_runs(self) -> None:
+        self.by_run = [_Counts() for _ in range(len(RUN_BUCKETS) + 1)]  # runs only: counts by run bucket
+        self.run = 0  # tokens this source predicted right in a row, up to now
 
     def _forget_draft_costs(self) -> None:
         self.draft_call, self.draft_first, self.draft_next, self.sync = Recent(), Recent(), Recent(), Recent()
@@ -556,7 +563,7 @@ class AdaptiveK:
         first, later = _run_lengths(c.accepted, c.reached, 2, 0.5, 1.0)
         for b in self.by_run[: run_bucket(self.run) + 1]:
             first, later = _run_lengths(b.accepted, b.reached, 2, first, RUN_PRIOR_WEIGHT, later_prior=later)
-        return ([first] + [later] * max(n - 1, 0))[:n]
+        return _geometric(first, later, n)
 
     def offer(self, n: int) -> list[float]:
         """Estimated ``q_1..q_n``: the draft offers position ``j`` once it offered ``j - 1``."""
