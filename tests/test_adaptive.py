@@ -504,6 +504,22 @@ def test_auto_source_output_equals_plain_whatever_it_chooses(pair, temperature):
     assert_verified_in_batches(pair, runs, at_least=5 if temperature == 0.0 else 2)
 
 
+def test_a_new_reply_starts_with_no_ngram_run(pair):
+    """An n-gram run (tokens copied right in a row) belongs to its reply: the next reply's
+    first match is judged as a fresh guess, not as the end of the last reply's copy."""
+    gen = GenerationSettings(SamplingParams(temperature=0.0), max_tokens=48)
+    pair.update(enabled=True, source="ngram", n_draft="auto")
+    copy = Run(pair.run(user(AUTO_PROMPTS[0]), gen))
+    assert any(s.n_accepted >= 8 for s in copy.steps)  # it copied
+    policy = pair.k_policy
+    assert isinstance(policy, AdaptiveK)
+    policy.run = 12  # as if the reply had ended inside a copy (its last step may find no match)
+    events = pair.run(user(IDENTITY_PROMPTS[0]), gen)
+    assert next(events).type == "reply_started"
+    assert policy.run == 0
+    events.close()
+
+
 def test_a_draft_measured_slow_once_is_not_kept_slow():
     """First-touch paging or a load spike made the draft's first samples 20x too slow: one
     cheap probe is enough to speculate again, not five."""

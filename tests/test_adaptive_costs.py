@@ -330,3 +330,17 @@ def test_a_copy_after_free_text_runs_long_within_a_few_steps():
         else:
             policy.observe_acceptance(4, 4)
     assert max(ks[:5]) >= 16, ks
+
+
+def test_a_step_with_no_match_ends_the_run():
+    """With ``source = "ngram"`` the chooser never runs, so a step whose n-gram found nothing
+    to copy (offered 0) must end the run itself: the next match is a new guess, not the
+    copy's continuation."""
+    policy = AdaptiveK(runs=True)
+    policy.observe(k=8, n_proposed=8, n_accepted=8, draft_ms=0.01, verify_ms=20.0)
+    policy.observe(k=8, n_proposed=8, n_accepted=8, draft_ms=0.01, verify_ms=20.0)
+    assert policy.run == 16
+    policy.observe(k=8, n_proposed=0, n_accepted=0, draft_ms=0.01, verify_ms=18.0)
+    assert policy.run == 0
+    policy.observe(k=8, n_proposed=4, n_accepted=2, draft_ms=0.01, verify_ms=19.0)
+    assert policy.run == 0

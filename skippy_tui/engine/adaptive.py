@@ -533,11 +533,12 @@ class AdaptiveK:
         for c in self.by_run:
             c.decay(self.decay)
         self.by_run[run_bucket(self.run)].add(k, n_proposed, n_accepted)
-        if n_proposed > 0:
-            self.run = self.run + n_accepted if n_accepted >= n_proposed else 0
+        # a step that found no match (``source = "ngram"`` with nothing to copy) ends the run too
+        self.run = self.run + n_accepted if 0 < n_proposed <= n_accepted else 0
 
     def run_broken(self) -> None:
-        """The source has nothing to propose here (no match): its run of right tokens ends."""
+        """The source's run of right tokens ends: it has nothing to propose here (no match),
+        or a new reply starts (its context is no longer the one the run was copying)."""
         self.run = 0
 
     def observe_acceptance(self, n_offered: int, n_accepted: int) -> None:

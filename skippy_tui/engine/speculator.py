@@ -319,6 +319,8 @@ class Speculator:
         self._set_abort(False)
         context = list(prompt)
         self._epoch = epoch = object()
+        for policy in self._policies.values():  # a run of n-gram copies does not carry into a new reply
+            policy.run_broken()
         try:
             self.ensure_exact()
             validate_prompt_len(len(context))
