@@ -20,6 +20,7 @@ from skippy_tui.engine.adaptive import (
     expected_rates,
     expected_step_ms,
     expected_tokens,
+    net_gains,
 )
 from skippy_tui.engine.errors import BoundsError
 from skippy_tui.engine.sampling import SamplingParams
@@ -277,9 +278,11 @@ def feed_sources(
         assert k <= (available(i) if source == "ngram" else k_max_model)
         cost = model_ms if source == "model" else 0.01
         n_acc = accept[source](k)
+        sync_ms, draft_ms, verify_ms = cost if k else 0.0, cost * k, verify(k + 1)
         chooser.policy(source).observe(
-            k=k, n_proposed=k, n_accepted=n_acc, sync_ms=cost if k else 0.0, draft_ms=cost * k, verify_ms=verify(k + 1)
+            k=k, n_proposed=k, n_accepted=n_acc, sync_ms=sync_ms, draft_ms=draft_ms, verify_ms=verify_ms
         )
+        chooser.record(n_acc + 1, sync_ms + draft_ms + verify_ms)  # as the speculator does after each step
         # the n-gram proposal judged against the committed tokens: it matches accept["ngram"] of them
         n_new = n_acc + 1
         matched = min(accept["ngram"](min(available(i), n_new)), n_new)
@@ -338,6 +341,29 @@ def test_without_a_match_the_model_drafts_and_without_a_model_the_ngram_does():
     assert all(s == "ngram" for s, _ in chosen)
     assert all(k == 0 for i, (_, k) in enumerate(chosen) if i % 2 == 0)  # no match: plain
     assert sum(k >= 8 for i, (_, k) in enumerate(chosen[20:]) if i % 2) >= 15
+
+
+def test_a_copy_paused_at_an_edit_waits_for_the_copy_instead_of_calling_the_model():
+    """A rewrite with edits: every third step the n-gram has no match (the edited word).
+    The model would pay on its own (74 tok/s against plain's 56), but its 9 tokens take
+    122 ms that the copy, going at well over 100 tok/s, fills better: a plain step, then
+    the copy resumes. Chosen by tokens/s alone, every pause was a model step."""
+    chooser = _chooser()
+    chosen = feed_sources(
+        chooser, 120, lambda i: 0 if i % 3 == 2 else 12, lambda b: 18.0 + 4.0 * (b - 1), 8.0,
+        {"ngram": lambda k: k, "model": lambda k: k},
+    )  # fmt: skip
+    pauses = [c for i, c in enumerate(chosen) if i % 3 == 2][10:]
+    assert sum(k == 0 for _, k in pauses) >= 0.8 * len(pauses), pauses
+    copies = [c for i, c in enumerate(chosen) if i % 3 != 2][20:]
+    assert sum(s == "ngram" and k >= 8 for s, k in copies) >= 0.8 * len(copies), copies
+
+
+def test_net_gains_pick_the_best_ratio_at_the_best_ratio_and_cheap_steps_above_it():
+    tokens, ms = [1.0, 9.0], [18.0, 122.0]  # plain 55.6 tok/s, the model 73.8 tok/s
+    assert net_gains(tokens, ms, 73.8)[1] > net_gains(tokens, ms, 73.8)[0]  # = the ratio's choice
+    assert net_gains(tokens, ms, 120.0)[0] > net_gains(tokens, ms, 120.0)[1]  # a fast reply: plain
+    assert net_gains(tokens, ms, 60.0) == pytest.approx([1.0 - 1.08, 9.0 - 7.32])
 
 
 def test_the_chooser_explores_the_other_source():

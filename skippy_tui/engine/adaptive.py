@@ -228,15 +228,16 @@ def expected_step_ms(
     return costs.overhead + costs.sync + costs.draft_ms(calls) + costs.verify_at(1 + offered) + costs.rollback * rejects
 
 
-def expected_rates(
+def expected_steps(
     k_max: int, accept: Sequence[float], costs: Costs, offer: Sequence[float] | None = None
-) -> list[float]:
-    """Expected tokens/s for ``k = 0..k_max`` (``accept``/``offer`` need ``k_max`` entries).
+) -> tuple[list[float], list[float]]:
+    """``E(k)`` (tokens) and ``T(k)`` (ms) for ``k = 0..k_max`` (``accept``/``offer`` need
+    ``k_max`` entries).
 
     One pass with running sums, O(k_max): :func:`expected_tokens` and
     :func:`expected_step_ms` for every k at once.
     """
-    rates = [1000.0 / expected_step_ms(0, costs)]
+    tokens_by_k, ms_by_k = [1.0], [expected_step_ms(0, costs)]
     tokens, reach = 1.0, 1.0  # E(k); P(first i proposed tokens offered and accepted)
     calls, offered, p = 0.0, 0.0, 1.0  # D(k), M(k), P(m >= i)
     rejects = 0.0  # R(k): P(a step proposing up to k tokens rejects one)
@@ -249,9 +250,32 @@ def expected_rates(
         calls += p
         p *= q
         offered += p
-        step = fixed + costs.draft_ms(calls) + costs.verify_at(1 + offered) + costs.rollback * rejects
-        rates.append(1000.0 * tokens / step)
-    return rates
+        tokens_by_k.append(tokens)
+        ms_by_k.append(fixed + costs.draft_ms(calls) + costs.verify_at(1 + offered) + costs.rollback * rejects)
+    return tokens_by_k, ms_by_k
+
+
+def expected_rates(
+    k_max: int, accept: Sequence[float], costs: Costs, offer: Sequence[float] | None = None
+) -> list[float]:
+    """Expected tokens/s for ``k = 0..k_max``: ``1000 E(k) / T(k)`` (see :func:`expected_steps`)."""
+    tokens, ms = expected_steps(k_max, accept, costs, offer)
+    return [1000.0 * t / m for t, m in zip(tokens, ms)]
+
+
+def net_gains(tokens: Sequence[float], ms: Sequence[float], going: float) -> list[float]:
+    """``E(k) - going * T(k) / 1000`` for every k: the tokens a step adds over what the
+    reply's going rate (``going`` tokens/s) makes in the same time.
+
+    Choosing the step that maximises this, not ``E/T``, is the average-reward rule of a
+    semi-Markov decision process (Puterman 1994, ch. 11; Dinkelbach's ratio iteration):
+    a step is worth its time only against what the rest of the reply does with that time.
+    At ``going`` = the best ratio on offer it picks the same k as :func:`best_k`; above it
+    (an n-gram copy paused at an edit, which the copy resumes after a token or two), a long,
+    costly proposal whose tokens the copy would have made for almost nothing loses to a
+    cheap step.
+    """
+    return [t - going * m / 1000.0 for t, m in zip(tokens, ms)]
 
 
 def best_k(rates: Sequence[float]) -> int:
@@ -637,6 +661,13 @@ class AdaptiveK:
             return None
         return expected_rates(k_max, self.acceptance(k_max), costs, self.offer(k_max))
 
+    def steps(self, k_max: int, behind: int = 0) -> tuple[list[float], list[float]] | None:
+        """``(E(k), T(k))`` for k = 0..k_max (tokens, ms), or None before warm-up data exists."""
+        costs = self.costs(k_max, behind)
+        if costs is None:
+            return None
+        return expected_steps(k_max, self.acceptance(k_max), costs, self.offer(k_max))
+
     def speedup(self, k: int, k_max: int) -> float | None:
         """Expected rate at ``k`` relative to plain decoding (the status bar's verdict)."""
         r = self.rates(max(k, k_max, 1))
@@ -644,10 +675,12 @@ class AdaptiveK:
 
     # -- choosing -------------------------------------------------------------------
 
-    def choose(self, k_max: int, behind: int = 0) -> tuple[int, str]:
+    def choose(self, k_max: int, behind: int = 0, going: float | None = None) -> tuple[int, str]:
         """This step's k in ``0..k_max`` and why (expected tokens/s of the alternatives).
 
-        ``behind``: tokens the draft's cache lacks now (see :meth:`costs`).
+        ``behind``: tokens the draft's cache lacks now (see :meth:`costs`). ``going``:
+        the reply's going rate (tokens/s) when another source sets it (see
+        :func:`net_gains`); None: the k with the best expected rate.
         """
         if self.verify.count(1) == 0:
             return 0, "auto: measuring plain step"
@@ -663,7 +696,7 @@ class AdaptiveK:
         rates = self.rates(k_max, behind)
         assert rates is not None
         self.last_rates = rates
-        best = best_k(rates)
+        best = best_k(rates) if going is None else self.best_at(k_max, behind, going)
         if self._last_best is None or (best == 0) != (self._last_best == 0):
             # the verdict flipped (speculate or not): probe often again until it settles
             self._interval, self._since_probe = self.probe_every, 0
@@ -689,6 +722,13 @@ class AdaptiveK:
             return probe, f"auto: probe k={probe} est {rates[probe]:.1f} tok/s (best k={best} {rates[best]:.1f})"
         return best, f"auto: k={best} est {rates[best]:.1f} tok/s (" + _alternatives(rates, best) + ")"
 
+    def best_at(self, k_max: int, behind: int, going: float) -> int:
+        """The k in ``0..k_max`` with the highest :func:`net_gains` at ``going`` tokens/s."""
+        steps = self.steps(k_max, behind)
+        if steps is None:
+            return 0
+        return best_k(net_gains(*steps, going))
+
     def affordable(self, k_max: int, k: int, behind: int, best_rate: float) -> bool:
         """Whether a step at ``k`` (a probe or an exploring step), which first catches the
         draft up on ``behind`` tokens, fits :data:`PROBE_BUDGET` against ``best_rate`` tok/s."""
@@ -708,13 +748,22 @@ def _alternatives(rates: Sequence[float], best: int) -> str:
     return ", ".join(("plain" if k == 0 else f"k={k}") + f" {rates[k]:.1f}" for k in shown)
 
 
+GOING_DECAY = 0.9
+"""Per-step decay of the going rate's sums (about the last ten steps)."""
+
+GOING_EVIDENCE = 2.0
+"""Decayed steps before the going rate is used (until then: the best expected rate)."""
+
+
 class SourceChooser:
     """``source = "auto"`` with ``n_draft = "auto"``: per step, plain decoding, the
     n-gram proposal or the draft model's, and how many tokens of it.
 
     Each source keeps its own :class:`AdaptiveK` (costs and acceptance by
     position; verify costs shared, they are the target's). A step goes to the
-    source whose best k is expected to give the most tokens/s — an n-gram
+    source and k whose expected tokens most exceed what the reply's going rate
+    (:meth:`record`) makes in the step's time (:func:`net_gains`; the best expected
+    tokens/s until the going rate is known) — an n-gram
     proposal only when the context has a match, and no longer than the match
     continues (its tokens cost almost nothing, so a reliable one runs long) —
     and that source's policy then picks k, probing as it does alone. A source
@@ -738,6 +787,20 @@ class SourceChooser:
         self._interval = explore_every
         self._since = 0
         self.last: dict[str, tuple[int, float]] = {}  # source -> (best k, its expected tok/s)
+        self._tokens = self._ms = self._steps = 0.0  # decayed sums over recent steps of any source
+
+    def record(self, tokens: int, ms: float) -> None:
+        """One finished step of any source (or plain): ``tokens`` committed in ``ms``."""
+        f = GOING_DECAY
+        self._tokens, self._ms, self._steps = self._tokens * f + tokens, self._ms * f + ms, self._steps * f + 1
+
+    @property
+    def going(self) -> float | None:
+        """The reply's going rate: tokens/s over the recent steps (decayed), None before
+        :data:`GOING_EVIDENCE` steps."""
+        if self._steps < GOING_EVIDENCE or self._ms <= 0:
+            return None
+        return 1000.0 * self._tokens / self._ms
 
     def policy(self, source: str) -> AdaptiveK:
         """The policy that measures steps of ``source`` (``model`` or ``ngram``)."""
@@ -765,16 +828,26 @@ class SourceChooser:
             source = "model" if self.model is not None else "ngram"
             return source, 0, f"auto: {source} plain (no n-gram match{'' if self.model else ', no draft model'})"
         behind = {"model": model_behind, "ngram": 0}
-        best: dict[str, tuple[int, float]] = {}
+        steps: dict[str, tuple[list[float], list[float]]] = {}
         for source, k_max in options.items():
-            rates = self.policy(source).rates(k_max, behind[source])
-            if rates is None or not self.policy(source).measured:
+            st = self.policy(source).steps(k_max, behind[source])
+            if st is None or not self.policy(source).measured:
                 k, why = self.policy(source).choose(k_max, behind[source])  # measure it first
                 return source, k, f"auto: {source} {why.removeprefix('auto: ')}"
-            k = best_k(rates)
-            best[source] = (k, rates[k])
+            steps[source] = st
+        rates = {s: [1000.0 * t / m for t, m in zip(*st)] for s, st in steps.items()}
+        # the going rate, never below plain decoding's (always on offer): a step is worth
+        # its time only against what the reply makes of that time (see net_gains)
+        going = self.going
+        if going is not None:
+            going = max(going, *(r[0] for r in rates.values()))
+        gains = {s: net_gains(*st, going) for s, st in steps.items()} if going is not None else rates
+        best: dict[str, tuple[int, float]] = {}
+        for source in options:
+            k = best_k(gains[source])
+            best[source] = (k, rates[source][k])
         self.last = best
-        chosen = max(best, key=lambda s: best[s][1])
+        chosen = max(best, key=lambda s: gains[s][best[s][0]])
         other = next((s for s in best if s != chosen), None)
         self._since += 1
         if other is not None and self._since >= self._interval and self._explore_pays(other, options, behind, best):
@@ -788,8 +861,10 @@ class SourceChooser:
             self._interval = self.explore_every if close else min(self._interval * 2, self.explore_max)
             note = f"; {chosen} k={best[chosen][0]} est {best[chosen][1]:.1f}"
             return other, k, f"auto: {other} explore k={k} est {rates[k]:.1f} tok/s{note}"
-        k, why = self.policy(chosen).choose(options[chosen], behind[chosen])
+        k, why = self.policy(chosen).choose(options[chosen], behind[chosen], going)
         note = f"; {other} k={best[other][0]} est {best[other][1]:.1f}" if other is not None else ""
+        if going is not None:
+            note += f"; going {going:.1f}"
         return chosen, k, f"auto: {chosen} {why.removeprefix('auto: ')}{note}"
 
     def _explore_pays(

@@ -543,10 +543,12 @@ class Speculator:
             n_proposed, committed.n_accepted, committed.n_used,
             step_ms=step_ms, sync_ms=synced.ms, draft_ms=proposed.ms, verify_ms=verified.ms,
         )  # fmt: skip
-        if isinstance(self.k_policy, SourceChooser) and self._mode != "rejection":
-            # the n-gram's offer, judged against what was committed: free acceptance data
-            proposed_by = proposed.proposal.source if n_proposed else "none"
-            self.k_policy.shadow(proposed_by, step.choice.ngram_offer, committed.tokens[: committed.n_looked])
+        if isinstance(self.k_policy, SourceChooser):
+            self.k_policy.record(len(committed.tokens), step_ms)  # the going rate (what any step made)
+            if self._mode != "rejection":
+                # the n-gram's offer, judged against what was committed: free acceptance data
+                proposed_by = proposed.proposal.source if n_proposed else "none"
+                self.k_policy.shadow(proposed_by, step.choice.ngram_offer, committed.tokens[: committed.n_looked])
         info = synced.info
         step.choice.policy.observe(
             k=step.choice.k, n_proposed=n_proposed, n_accepted=committed.n_accepted,
