@@ -530,9 +530,10 @@ def test_auto_source_output_equals_plain_whatever_it_chooses(pair, temperature):
     assert_verified_in_batches(pair, runs, at_least=5 if temperature == 0.0 else 2)
 
 
-def test_a_new_reply_starts_with_no_ngram_run(pair):
-    """An n-gram run (tokens copied right in a row) belongs to its reply: the next reply's
-    first match is judged as a fresh guess, not as the end of the last reply's copy."""
+def test_a_new_reply_starts_with_no_ngram_run_and_no_going_rate(pair):
+    """An n-gram run (tokens copied right in a row) and the going rate belong to their reply:
+    the next reply's first match is judged as a fresh guess, not as the end of the last
+    reply's copy, and its steps are not weighed against the copy's speed."""
     gen = GenerationSettings(SamplingParams(temperature=0.0), max_tokens=48)
     pair.update(enabled=True, source="ngram", n_draft="auto")
     copy = Run(pair.run(user(AUTO_PROMPTS[0]), gen))
@@ -543,6 +544,15 @@ def test_a_new_reply_starts_with_no_ngram_run(pair):
     events = pair.run(user(IDENTITY_PROMPTS[0]), gen)
     assert next(events).type == "reply_started"
     assert policy.run == 0
+    events.close()
+    # under source = "auto", the going rate too is the reply's own
+    pair.update(source="auto")
+    Run(pair.run(user(AUTO_PROMPTS[0]), gen))
+    chooser = pair.k_policy
+    assert isinstance(chooser, SourceChooser) and chooser.going is not None
+    events = pair.run(user(IDENTITY_PROMPTS[0]), gen)
+    assert next(events).type == "reply_started"
+    assert chooser.going is None and chooser.ngram.run == 0
     events.close()
 
 

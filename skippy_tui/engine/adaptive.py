@@ -789,6 +789,12 @@ class SourceChooser:
         self.last: dict[str, tuple[int, float]] = {}  # source -> (best k, its expected tok/s)
         self._tokens = self._ms = self._steps = 0.0  # decayed sums over recent steps of any source
 
+    def new_reply(self) -> None:
+        """A reply starts: the going rate is measured afresh (a copy's rate says nothing of
+        the free text that may follow it), and so is the n-gram's run."""
+        self._tokens = self._ms = self._steps = 0.0
+        self.ngram.run_broken()
+
     def record(self, tokens: int, ms: float) -> None:
         """One finished step of any source (or plain): ``tokens`` committed in ``ms``."""
         f = GOING_DECAY

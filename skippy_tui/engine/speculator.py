@@ -321,6 +321,8 @@ class Speculator:
         self._epoch = epoch = object()
         for policy in self._policies.values():  # a run of n-gram copies does not carry into a new reply
             policy.run_broken()
+        if isinstance(self.k_policy, SourceChooser):
+            self.k_policy.new_reply()
         try:
             self.ensure_exact()
             validate_prompt_len(len(context))
