@@ -46,7 +46,9 @@ with ``q_j = P(m >= j | m >= j-1)`` (the draft offers position ``j``) and
 position, conditional). Counts decay geometrically so they follow the current
 text; an unmeasured position borrows the estimate of the one before it.
 
-The chosen k maximises ``E(k) / T(k)``. Every ``probe_every`` steps (the gap
+The chosen k maximises ``E(k) / T(k)``; under :class:`SourceChooser` (two sources,
+whose steps differ in length and cost) it maximises ``E(k) - rho T(k)`` at the reply's
+going rate ``rho`` instead (:func:`net_gains`). Every ``probe_every`` steps (the gap
 doubling up to ``probe_max`` while the verdict — speculate or not — holds and
 the alternative is expected to be clearly worse, < ``CLOSE`` of the best) one
 step probes an alternative instead: the best speculative k when plain decoding wins (so the
