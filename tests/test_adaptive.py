@@ -359,6 +359,19 @@ def test_a_copy_paused_at_an_edit_waits_for_the_copy_instead_of_calling_the_mode
     assert sum(s == "ngram" and k >= 8 for s, k in copies) >= 0.8 * len(copies), copies
 
 
+def test_a_reply_going_faster_than_its_estimates_keeps_drafting():
+    """Free text, the model always right: the reply goes a little faster than the model's
+    estimate (acceptance priors keep it under 100 %). Weighed against that going rate,
+    every option loses and plain, the cheapest, would lose least; the going rate is capped
+    at the best rate on offer, so the model keeps every step but its policy's probes."""
+    chooser = _chooser()
+    chosen = feed_sources(
+        chooser, 80, lambda i: 0, lambda b: 18.0 + 4.0 * (b - 1), 6.0, {"ngram": lambda k: 0, "model": lambda k: k}
+    )
+    assert all(s == "model" for s, _ in chosen), chosen
+    assert sum(k == 0 for _, k in chosen[10:]) <= 2, chosen[10:]  # the policy's own plain probes only
+
+
 def test_net_gains_pick_the_best_ratio_at_the_best_ratio_and_cheap_steps_above_it():
     tokens, ms = [1.0, 9.0], [18.0, 122.0]  # plain 55.6 tok/s, the model 73.8 tok/s
     assert net_gains(tokens, ms, 73.8)[1] > net_gains(tokens, ms, 73.8)[0]  # = the ratio's choice

@@ -46,9 +46,9 @@ with ``q_j = P(m >= j | m >= j-1)`` (the draft offers position ``j``) and
 position, conditional). Counts decay geometrically so they follow the current
 text; an unmeasured position borrows the estimate of the one before it.
 
-The chosen k maximises ``E(k) / T(k)``; under :class:`SourceChooser` (two sources,
-whose steps differ in length and cost) it maximises ``E(k) - rho T(k)`` at the reply's
-going rate ``rho`` instead (:func:`net_gains`). Every ``probe_every`` steps (the gap
+The chosen k maximises ``E(k) / T(k)`` (:class:`SourceChooser` then weighs the
+sources' steps and plain decoding against the reply's going rate: :func:`net_gains`).
+Every ``probe_every`` steps (the gap
 doubling up to ``probe_max`` while the verdict — speculate or not — holds and
 the alternative is expected to be clearly worse, < ``CLOSE`` of the best) one
 step probes an alternative instead: the best speculative k when plain decoding wins (so the
@@ -677,12 +677,10 @@ class AdaptiveK:
 
     # -- choosing -------------------------------------------------------------------
 
-    def choose(self, k_max: int, behind: int = 0, going: float | None = None) -> tuple[int, str]:
+    def choose(self, k_max: int, behind: int = 0) -> tuple[int, str]:
         """This step's k in ``0..k_max`` and why (expected tokens/s of the alternatives).
 
-        ``behind``: tokens the draft's cache lacks now (see :meth:`costs`). ``going``:
-        the reply's going rate (tokens/s) when another source sets it (see
-        :func:`net_gains`); None: the k with the best expected rate.
+        ``behind``: tokens the draft's cache lacks now (see :meth:`costs`).
         """
         if self.verify.count(1) == 0:
             return 0, "auto: measuring plain step"
@@ -698,7 +696,7 @@ class AdaptiveK:
         rates = self.rates(k_max, behind)
         assert rates is not None
         self.last_rates = rates
-        best = best_k(rates) if going is None else self.best_at(k_max, behind, going)
+        best = best_k(rates)
         if self._last_best is None or (best == 0) != (self._last_best == 0):
             # the verdict flipped (speculate or not): probe often again until it settles
             self._interval, self._since_probe = self.probe_every, 0
@@ -723,13 +721,6 @@ class AdaptiveK:
             self._interval = self.probe_every if close else min(self._interval * 2, self.probe_max)
             return probe, f"auto: probe k={probe} est {rates[probe]:.1f} tok/s (best k={best} {rates[best]:.1f})"
         return best, f"auto: k={best} est {rates[best]:.1f} tok/s (" + _alternatives(rates, best) + ")"
-
-    def best_at(self, k_max: int, behind: int, going: float) -> int:
-        """The k in ``0..k_max`` with the highest :func:`net_gains` at ``going`` tokens/s."""
-        steps = self.steps(k_max, behind)
-        if steps is None:
-            return 0
-        return best_k(net_gains(*steps, going))
 
     def affordable(self, k_max: int, k: int, behind: int, best_rate: float) -> bool:
         """Whether a step at ``k`` (a probe or an exploring step), which first catches the
@@ -756,16 +747,21 @@ GOING_DECAY = 0.9
 GOING_EVIDENCE = 2.0
 """Decayed steps before the going rate is used (until then: the best expected rate)."""
 
+NGRAM_RECENT = 8
+"""Steps after the n-gram's last match during which its expected rate still bounds the
+going rate (a copy paused at an edit resumes within a few tokens)."""
+
 
 class SourceChooser:
     """``source = "auto"`` with ``n_draft = "auto"``: per step, plain decoding, the
     n-gram proposal or the draft model's, and how many tokens of it.
 
     Each source keeps its own :class:`AdaptiveK` (costs and acceptance by
-    position; verify costs shared, they are the target's). A step goes to the
-    source and k whose expected tokens most exceed what the reply's going rate
-    (:meth:`record`) makes in the step's time (:func:`net_gains`; the best expected
-    tokens/s until the going rate is known) — an n-gram
+    position; verify costs shared, they are the target's). Each source's k is its
+    best expected tokens/s; the step goes to the source, or to plain decoding, whose
+    expected tokens most exceed what the reply's going rate (:meth:`record`) makes in
+    the step's time (:func:`net_gains`; the best expected tokens/s until the going
+    rate is known) — an n-gram
     proposal only when the context has a match, and no longer than the match
     continues (its tokens cost almost nothing, so a reliable one runs long) —
     and that source's policy then picks k, probing as it does alone. A source
@@ -790,11 +786,13 @@ class SourceChooser:
         self._since = 0
         self.last: dict[str, tuple[int, float]] = {}  # source -> (best k, its expected tok/s)
         self._tokens = self._ms = self._steps = 0.0  # decayed sums over recent steps of any source
+        self._ngram_rate, self._ngram_age = 0.0, NGRAM_RECENT + 1  # its best expected rate at its last match
 
     def new_reply(self) -> None:
         """A reply starts: the going rate is measured afresh (a copy's rate says nothing of
         the free text that may follow it), and so is the n-gram's run."""
         self._tokens = self._ms = self._steps = 0.0
+        self._ngram_age = NGRAM_RECENT + 1
         self.ngram.run_broken()
 
     def record(self, tokens: int, ms: float) -> None:
@@ -844,18 +842,20 @@ class SourceChooser:
                 return source, k, f"auto: {source} {why.removeprefix('auto: ')}"
             steps[source] = st
         rates = {s: [1000.0 * t / m for t, m in zip(*st)] for s, st in steps.items()}
-        # the going rate, never below plain decoding's (always on offer): a step is worth
-        # its time only against what the reply makes of that time (see net_gains)
-        going = self.going
-        if going is not None:
-            going = max(going, *(r[0] for r in rates.values()))
-        gains = {s: net_gains(*st, going) for s, st in steps.items()} if going is not None else rates
-        best: dict[str, tuple[int, float]] = {}
-        for source in options:
-            k = best_k(gains[source])
-            best[source] = (k, rates[source][k])
+        best = {s: (best_k(r), max(r)) for s, r in rates.items()}  # each source's k: its best tokens/s
         self.last = best
-        chosen = max(best, key=lambda s: gains[s][best[s][0]])
+        chosen = max(best, key=lambda s: best[s][1])
+        going = self._going_against(rates)
+        if going is not None:
+            # plain and each source's step, by the tokens they add over the going rate
+            gains = {s: net_gains(*steps[s], going) for s in best}
+            chosen = max(best, key=lambda s: gains[s][best[s][0]])
+            k = best[chosen][0]
+            if k > 0 and gains[chosen][0] > gains[chosen][k]:
+                why = (
+                    f"going {going:.1f} tok/s: plain adds {gains[chosen][0]:.2f}, {chosen} k={k} {gains[chosen][k]:.2f}"
+                )
+                return chosen, 0, f"auto: {chosen} plain ({why})"
         other = next((s for s in best if s != chosen), None)
         self._since += 1
         if other is not None and self._since >= self._interval and self._explore_pays(other, options, behind, best):
@@ -869,11 +869,30 @@ class SourceChooser:
             self._interval = self.explore_every if close else min(self._interval * 2, self.explore_max)
             note = f"; {chosen} k={best[chosen][0]} est {best[chosen][1]:.1f}"
             return other, k, f"auto: {other} explore k={k} est {rates[k]:.1f} tok/s{note}"
-        k, why = self.policy(chosen).choose(options[chosen], behind[chosen], going)
+        k, why = self.policy(chosen).choose(options[chosen], behind[chosen])
         note = f"; {other} k={best[other][0]} est {best[other][1]:.1f}" if other is not None else ""
-        if going is not None:
-            note += f"; going {going:.1f}"
         return chosen, k, f"auto: {chosen} {why.removeprefix('auto: ')}{note}"
+
+    def _going_against(self, rates: dict[str, list[float]]) -> float | None:
+        """The going rate the steps on offer (``rates``: each source's expected tokens/s by
+        k) are weighed against, or None while too few steps are in.
+
+        Never below plain decoding's rate (plain is always on offer) nor above the best
+        rate on offer, or the n-gram's at its last match within :data:`NGRAM_RECENT`
+        steps: a reply going faster than any source now promises (its estimates run a
+        little low) would otherwise leave every step to plain, the cheapest.
+        """
+        if "ngram" in rates:
+            self._ngram_rate, self._ngram_age = max(rates["ngram"]), 0
+        else:
+            self._ngram_age += 1
+        going = self.going
+        if going is None:
+            return None
+        cap = max(max(r) for r in rates.values())
+        if self._ngram_age <= NGRAM_RECENT:
+            cap = max(cap, self._ngram_rate)
+        return min(max(going, *(r[0] for r in rates.values())), cap)
 
     def _explore_pays(
         self, other: str, options: dict[str, int], behind: dict[str, int], best: dict[str, tuple[int, float]]
