@@ -13,7 +13,6 @@ from skippy_tui.config import Config, ConfigError
 from skippy_tui.engine.adaptive import (
     AdaptiveK,
     Costs,
-    SourceChooser,
     VerifyCosts,
     best_k,
     break_even_acceptance,
@@ -22,6 +21,7 @@ from skippy_tui.engine.adaptive import (
     expected_tokens,
     net_gains,
 )
+from skippy_tui.engine.chooser import SourceChooser
 from skippy_tui.engine.errors import BoundsError
 from skippy_tui.engine.sampling import SamplingParams
 from skippy_tui.engine.settings import GenerationSettings, SpeculationSettings

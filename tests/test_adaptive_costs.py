@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from skippy_tui.engine.adaptive import AdaptiveK, Costs, SourceChooser, VerifyCosts, expected_rates, expected_step_ms
+from skippy_tui.engine.adaptive import AdaptiveK, Costs, VerifyCosts, expected_rates, expected_step_ms
+from skippy_tui.engine.chooser import SourceChooser
 
 
 def test_the_first_draft_call_is_charged_once():

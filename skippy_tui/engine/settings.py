@@ -108,7 +108,7 @@ class SpeculationSettings:
     (prompt lookup, no model needed), ``ngram+model`` (n-gram when it
     matches, else the model) or ``auto``: with ``n_draft = "auto"`` each step
     chooses plain decoding, the n-gram proposal or the model's, and its length,
-    from measured costs and acceptance (:class:`~.adaptive.SourceChooser`);
+    from measured costs and acceptance (:class:`~.chooser.SourceChooser`);
     with a fixed k it drafts as ``ngram+model``. ``n_draft_max_ngram``: the
     longest n-gram proposal ``auto`` may make (1..4096, default 32: a proposal
     that is copied costs almost nothing, so a reliable one may run long).

@@ -39,9 +39,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from .adaptive import AdaptiveK, FixedK, KPolicy, SourceChooser, VerifyCosts, best_k
+from .adaptive import AdaptiveK, FixedK, KPolicy, VerifyCosts, best_k
 from .bounds import ContextCapacity, validate_capacity, validate_prompt_len
 from .chat import ChatTemplate, Message, prompt_tokens
+from .chooser import SourceChooser
 from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import BoundsError, ContextFullError, SkippyError
 from .events import Event, FinishReason, ReplyStarted

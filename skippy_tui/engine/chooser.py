@@ -1,0 +1,186 @@
+"""``source = "auto"``: per step, plain decoding, the n-gram proposal or the draft model's.
+
+:class:`SourceChooser` keeps one :class:`~.adaptive.AdaptiveK` per source (their
+costs and acceptance; the target's verify costs shared) and weighs plain decoding
+and each source's best step against the reply's going rate (:func:`~.adaptive.net_gains`).
+Pure Python, table-testable like the policies it drives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .adaptive import CLOSE, AdaptiveK, best_k, net_gains
+
+GOING_DECAY = 0.9
+"""Per-step decay of the going rate's sums (about the last ten steps)."""
+
+GOING_EVIDENCE = 2.0
+"""Decayed steps before the going rate is used (until then: the best expected rate)."""
+
+NGRAM_RECENT = 8
+"""Steps after the n-gram's last match during which its expected rate still bounds the
+going rate (a copy paused at an edit resumes within a few tokens)."""
+
+
+class SourceChooser:
+    """``source = "auto"`` with ``n_draft = "auto"``: per step, plain decoding, the
+    n-gram proposal or the draft model's, and how many tokens of it.
+
+    Each source keeps its own :class:`AdaptiveK` (costs and acceptance by
+    position; verify costs shared, they are the target's). Each source's k is its
+    best expected tokens/s; the step goes to the source, or to plain decoding, whose
+    expected tokens most exceed what the reply's going rate (:meth:`record`) makes in
+    the step's time (:func:`net_gains`; the best expected tokens/s until the going
+    rate is known) — an n-gram
+    proposal only when the context has a match, and no longer than the match
+    continues (its tokens cost almost nothing, so a reliable one runs long) —
+    and that source's policy then picks k, probing as it does alone. A source
+    not measured yet is measured first; every ``explore_every`` steps the
+    other source gets a step (backing off to ``explore_max`` while it is
+    clearly worse, and for the model only within :data:`~.adaptive.PROBE_BUDGET` of its
+    catch-up over the n-gram's copies), so a source that became good is noticed. The n-gram
+    proposal is also judged on steps it did not make (:meth:`shadow`): its
+    tokens are compared with the committed ones, which under greedy decoding
+    and the coupled sampler are exactly what verification would have accepted.
+    Pure Python, table-testable like :class:`AdaptiveK`.
+    """
+
+    def __init__(
+        self, model: AdaptiveK | None, ngram: AdaptiveK, explore_every: int = 16, explore_max: int = 128
+    ) -> None:
+        self.model = model
+        self.ngram = ngram
+        self.explore_every = explore_every
+        self.explore_max = explore_max
+        self._interval = explore_every
+        self._since = 0
+        self.last: dict[str, tuple[int, float]] = {}  # source -> (best k, its expected tok/s)
+        self._tokens = self._ms = self._steps = 0.0  # decayed sums over recent steps of any source
+        self._ngram_rate, self._ngram_age = 0.0, NGRAM_RECENT + 1  # its best expected rate at its last match
+
+    def new_reply(self) -> None:
+        """A reply starts: the going rate is measured afresh (a copy's rate says nothing of
+        the free text that may follow it), and so is the n-gram's run."""
+        self._tokens = self._ms = self._steps = 0.0
+        self._ngram_age = NGRAM_RECENT + 1
+        self.ngram.run_broken()
+
+    def record(self, tokens: int, ms: float) -> None:
+        """One finished step of any source (or plain): ``tokens`` committed in ``ms``."""
+        f = GOING_DECAY
+        self._tokens, self._ms, self._steps = self._tokens * f + tokens, self._ms * f + ms, self._steps * f + 1
+
+    @property
+    def going(self) -> float | None:
+        """The reply's going rate: tokens/s over the recent steps (decayed), None before
+        :data:`GOING_EVIDENCE` steps."""
+        if self._steps < GOING_EVIDENCE or self._ms <= 0:
+            return None
+        return 1000.0 * self._tokens / self._ms
+
+    def policy(self, source: str) -> AdaptiveK:
+        """The policy that measures steps of ``source`` (``model`` or ``ngram``)."""
+        return self.ngram if source == "ngram" or self.model is None else self.model
+
+    def choose(self, k_max_model: int, ngram_available: int, model_behind: int = 0) -> tuple[str, int, str]:
+        """``(source, k, reason)`` for this step.
+
+        Args:
+            k_max_model: the longest model proposal allowed now (0: no model).
+            ngram_available: tokens the n-gram match can propose now (0: no match).
+            model_behind: tokens the draft model's cache lacks now (its catch-up
+                prefill if it drafts: it grows over n-gram and plain steps).
+
+        ``k = 0`` is a plain step; ``source`` then names the policy that chose it.
+        """
+        options: dict[str, int] = {}
+        if ngram_available > 0:
+            options["ngram"] = ngram_available
+        else:
+            self.ngram.run_broken()
+        if self.model is not None and k_max_model > 0:
+            options["model"] = k_max_model
+        if not options:
+            source = "model" if self.model is not None else "ngram"
+            return source, 0, f"auto: {source} plain (no n-gram match{'' if self.model else ', no draft model'})"
+        behind = {"model": model_behind, "ngram": 0}
+        steps: dict[str, tuple[list[float], list[float]]] = {}
+        for source, k_max in options.items():
+            st = self.policy(source).steps(k_max, behind[source])
+            if st is None or not self.policy(source).measured:
+                k, why = self.policy(source).choose(k_max, behind[source])  # measure it first
+                return source, k, f"auto: {source} {why.removeprefix('auto: ')}"
+            steps[source] = st
+        rates = {s: [1000.0 * t / m for t, m in zip(*st)] for s, st in steps.items()}
+        best = {s: (best_k(r), max(r)) for s, r in rates.items()}  # each source's k: its best tokens/s
+        self.last = best
+        chosen = max(best, key=lambda s: best[s][1])
+        going = self._going_against(rates)
+        if going is not None:
+            # plain and each source's step, by the tokens they add over the going rate
+            gains = {s: net_gains(*steps[s], going) for s in best}
+            chosen = max(best, key=lambda s: gains[s][best[s][0]])
+            k = best[chosen][0]
+            if k > 0 and gains[chosen][0] > gains[chosen][k]:
+                why = (
+                    f"going {going:.1f} tok/s: plain adds {gains[chosen][0]:.2f}, {chosen} k={k} {gains[chosen][k]:.2f}"
+                )
+                return chosen, 0, f"auto: {chosen} plain ({why})"
+        other = next((s for s in best if s != chosen), None)
+        self._since += 1
+        if other is not None and self._since >= self._interval and self._explore_pays(other, options, behind, best):
+            # explore: the other source proposes this step, often while it is close
+            self._since = 0
+            rates = self.policy(other).rates(options[other], behind[other]) or [0.0]
+            k = best_k(rates[1:]) + 1 if len(rates) > 1 else 0
+            # one exploring step pays the whole catch-up (not spread over a run of steps)
+            judged = self.policy(other).rates(options[other], behind[other], 1.0) or [0.0]
+            close = judged[k] >= CLOSE * best[chosen][1]
+            self._interval = self.explore_every if close else min(self._interval * 2, self.explore_max)
+            note = f"; {chosen} k={best[chosen][0]} est {best[chosen][1]:.1f}"
+            return other, k, f"auto: {other} explore k={k} est {rates[k]:.1f} tok/s{note}"
+        k, why = self.policy(chosen).choose(options[chosen], behind[chosen])
+        note = f"; {other} k={best[other][0]} est {best[other][1]:.1f}" if other is not None else ""
+        return chosen, k, f"auto: {chosen} {why.removeprefix('auto: ')}{note}"
+
+    def _going_against(self, rates: dict[str, list[float]]) -> float | None:
+        """The going rate the steps on offer (``rates``: each source's expected tokens/s by
+        k) are weighed against, or None while too few steps are in.
+
+        Never below plain decoding's rate (plain is always on offer) nor above the best
+        rate on offer, or the n-gram's at its last match within :data:`NGRAM_RECENT`
+        steps: a reply going faster than any source now promises (its estimates run a
+        little low) would otherwise leave every step to plain, the cheapest.
+        """
+        if "ngram" in rates:
+            self._ngram_rate, self._ngram_age = max(rates["ngram"]), 0
+        else:
+            self._ngram_age += 1
+        going = self.going
+        if going is None:
+            return None
+        cap = max(max(r) for r in rates.values())
+        if self._ngram_age <= NGRAM_RECENT:
+            cap = max(cap, self._ngram_rate)
+        return min(max(going, *(r[0] for r in rates.values())), cap)
+
+    def _explore_pays(
+        self, other: str, options: dict[str, int], behind: dict[str, int], best: dict[str, tuple[int, float]]
+    ) -> bool:
+        """Whether exploring ``other`` now fits :data:`~.adaptive.PROBE_BUDGET` (a model far behind
+        the n-gram's copies first prefills all of them)."""
+        policy = self.policy(other)
+        rates = policy.rates(options[other], behind[other]) or [0.0]
+        k = best_k(rates[1:]) + 1 if len(rates) > 1 else 0
+        return policy.affordable(options[other], k, behind[other], max(r for _, r in best.values()))
+
+    def shadow(self, source: str, proposal: Sequence[int], committed: Sequence[int]) -> None:
+        """After a step of ``source``: judge the n-gram ``proposal`` it did not make
+        against the tokens the step ``committed``."""
+        m = min(len(proposal), len(committed))
+        if source != "ngram" and m > 0:
+            n = 0
+            while n < m and proposal[n] == committed[n]:
+                n += 1
+            self.ngram.observe_acceptance(m, n)
