@@ -28,20 +28,22 @@ class SourceChooser:
     n-gram proposal or the draft model's, and how many tokens of it.
 
     Each source keeps its own :class:`AdaptiveK` (costs and acceptance by
-    position; verify costs shared, they are the target's). Each source's k is its
-    best expected tokens/s; the step goes to the source, or to plain decoding, whose
-    expected tokens most exceed what the reply's going rate (:meth:`record`) makes in
-    the step's time (:func:`net_gains`; the best expected tokens/s until the going
-    rate is known) — an n-gram
-    proposal only when the context has a match, and no longer than the match
-    continues (its tokens cost almost nothing, so a reliable one runs long) —
-    and that source's policy then picks k, probing as it does alone. A source
-    not measured yet is measured first; every ``explore_every`` steps the
-    other source gets a step (backing off to ``explore_max`` while it is
-    clearly worse, and for the model only within :data:`~.adaptive.PROBE_BUDGET` of its
-    catch-up over the n-gram's copies), so a source that became good is noticed. The n-gram
-    proposal is also judged on steps it did not make (:meth:`shadow`): its
-    tokens are compared with the committed ones, which under greedy decoding
+    position; verify costs shared, they are the target's), which picks that
+    source's k by its best expected tokens/s. An n-gram proposal is on offer only
+    when the context has a match, and no longer than the match continues (its
+    tokens cost almost nothing, so a reliable one runs long).
+
+    The step then goes to plain decoding or to the source whose step's expected
+    tokens most exceed what the reply's going rate (:meth:`record`) makes in the
+    step's time (:func:`~.adaptive.net_gains`; the best expected tokens/s until the
+    going rate is known), and that source's policy picks k, probing as it does alone.
+
+    A source not measured yet is measured first. Every ``explore_every`` steps the
+    other source gets a step (backing off to ``explore_max`` while it is clearly
+    worse, and for the model only within :data:`~.adaptive.PROBE_BUDGET` of its
+    catch-up over the n-gram's copies), so a source that became good is noticed.
+    The n-gram proposal is also judged on steps it did not make (:meth:`shadow`):
+    its tokens are compared with the committed ones, which under greedy decoding
     and the coupled sampler are exactly what verification would have accepted.
     Pure Python, table-testable like :class:`AdaptiveK`.
     """
