@@ -63,10 +63,9 @@ class SourceChooser:
 
     def new_reply(self) -> None:
         """A reply starts: the going rate is measured afresh (a copy's rate says nothing of
-        the free text that may follow it), and so is the n-gram's run."""
+        the free text that may follow it). The speculator ends every policy's run itself."""
         self._tokens = self._ms = self._steps = 0.0
         self._ngram_age = NGRAM_RECENT + 1
-        self.ngram.run_broken()
 
     def record(self, tokens: int, ms: float) -> None:
         """One finished step of any source (or plain): ``tokens`` committed in ``ms``."""
@@ -117,6 +116,10 @@ class SourceChooser:
         rates = {s: [1000.0 * t / m for t, m in zip(*st)] for s, st in steps.items()}
         best = {s: (best_k(r), max(r)) for s, r in rates.items()}  # each source's k: its best tokens/s
         self.last = best
+        if "ngram" in best:  # its rate bounds the going rate for a few steps after its last match
+            self._ngram_rate, self._ngram_age = best["ngram"][1], 0
+        else:
+            self._ngram_age += 1
         chosen = max(best, key=lambda s: best[s][1])
         going = self._going_against(rates)
         if going is not None:
@@ -155,10 +158,6 @@ class SourceChooser:
         steps: a reply going faster than any source now promises (its estimates run a
         little low) would otherwise leave every step to plain, the cheapest.
         """
-        if "ngram" in rates:
-            self._ngram_rate, self._ngram_age = max(rates["ngram"]), 0
-        else:
-            self._ngram_age += 1
         going = self.going
         if going is None:
             return None
