@@ -569,6 +569,28 @@ def test_a_new_reply_starts_with_no_ngram_run_and_no_going_rate(pair):
     events.close()
 
 
+def test_a_copy_under_way_in_the_context_reaches_the_ngram_policy(pair, monkeypatch):
+    """The n-gram's run is read from the context too: a prompt whose end repeats an earlier span
+    (as a copy begun by the draft model or plain steps would) reaches the n-gram's policy as
+    a run in progress before the first step, under ``source = "auto"`` and ``"ngram"``."""
+    span = pair.target.tokenize(" The old lighthouse stood on the edge of the cliff for more than a century.", False)
+    prompt = [*pair.target.tokenize("Say it twice:", False), *span, *pair.target.tokenize(" Again:", False), *span[:12]]
+    seen: list[int] = []
+    real = AdaptiveK.copying
+
+    def spy(self: AdaptiveK, run: int) -> None:
+        seen.append(run)
+        real(self, run)
+
+    monkeypatch.setattr(AdaptiveK, "copying", spy)
+    gen = GenerationSettings(SamplingParams(temperature=0.0), max_tokens=4)
+    for source in ("auto", "ngram"):
+        seen.clear()
+        pair.update(enabled=True, source=source, n_draft="auto")
+        Run(pair.generate(prompt, gen))
+        assert seen and seen[0] >= 10, (source, seen)  # 12 copied tokens or more, less the n-gram's 2
+
+
 def test_a_draft_measured_slow_once_is_not_kept_slow():
     """First-touch paging or a load spike made the draft's first samples 20x too slow: one
     cheap probe is enough to speculate again, not five."""

@@ -345,3 +345,32 @@ def test_a_step_with_no_match_ends_the_run():
     assert policy.run == 0
     policy.observe(k=8, n_proposed=4, n_accepted=2, draft_ms=0.01, verify_ms=19.0)
     assert policy.run == 0
+
+
+def test_a_copy_already_under_way_in_the_context_is_judged_as_a_copy():
+    """A copy the draft model (or plain steps) began is a copy all the same: the n-gram's first
+    step inside it is judged by how far the context already copies the span, not as a fresh
+    guess in free text (which made the default spend two model steps on a rewrite's first
+    sentence before the n-gram, whose own run was still 0, got the step)."""
+    verify = VerifyCosts()
+    for b in range(1, 34):
+        verify.add(b, 18.6 + 1.0 * (b - 1))
+    policy = AdaptiveK(verify, runs=True)
+    rng = random.Random(0)
+    for _ in range(60):  # free text: fresh matches are short guesses, mostly wrong
+        n_acc = 0
+        while n_acc < 3 and rng.random() < (0.33 if n_acc == 0 else 0.5):
+            n_acc += 1
+        policy.observe_acceptance(3, n_acc)
+        if n_acc == 0:
+            policy.run_broken()
+    policy.run_broken()
+    for k in (2, 4, 8, 16, 32, 32):  # a copy, each proposal accepted
+        policy.observe(k=k, n_proposed=k, n_accepted=k, draft_ms=0.01, verify_ms=18.6 + 1.0 * k)
+    policy.run_broken()  # the next reply
+    fresh, _ = policy.choose(32)
+    policy.copying(10)
+    under_way, why = policy.choose(32)
+    assert fresh <= 4 and under_way >= 16, (fresh, under_way, why)
+    policy.copying(2)  # never shortens a run
+    assert policy.run == 10

@@ -53,6 +53,24 @@ def test_ngram_match_reports_length_and_position():
     assert NgramIndex(2, 2).match([1]) is None
 
 
+@pytest.mark.parametrize(
+    "tokens, cap, expected",
+    [
+        ([7, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4], 16, 4),  # the 4-gram match, and the token before it differs
+        ([1, 2, 3, 4, 5, 6, 9, 1, 2, 3, 4, 5, 6], 16, 6),  # the copy goes back past n_max
+        ([1, 2, 3, 4, 5, 6, 9, 1, 2, 3, 4, 5, 6], 5, 5),  # ... up to the cap
+        ([5, 1, 2, 9, 8, 1, 2], 16, 2),  # a short match in free text
+        ([1, 2, 3, 4], 16, 0),  # no match
+    ],
+)
+def test_ngram_copy_length(tokens, cap, expected):
+    """How far the context's end already copies the span before its match."""
+    idx = NgramIndex(4, 2)
+    idx.extend(tokens)
+    assert idx.copy_length(cap=cap) == expected
+    assert idx.copy_length(tokens, cap) == expected
+
+
 def test_ngram_truncate_forgets_later_tokens():
     idx = NgramIndex(2, 2)
     idx.extend([1, 2, 3, 9, 9, 1, 2])

@@ -390,7 +390,8 @@ def _smoothed(num: Sequence[float], den: Sequence[float], n: int, first_prior: f
 # An n-gram source's acceptance is kept apart by how many tokens in a row it has just
 # predicted right (0, 1-3, 4-11, 12+): a copy in progress goes on far more often than a
 # match found in free text, and pooled counts let failed guesses in one reply hold back
-# the copy in the next (it took six steps to go past k=7 on a 28-token copy).
+# the copy in the next (it took six steps to go past k=7 on a 28-token copy). The run is
+# also read from the context (``AdaptiveK.copying``): a copy the draft model began counts.
 RUN_BUCKETS = (1, 4, 12)
 RUN_PRIOR_WEIGHT = 2.0  # pseudo-counts of the shorter runs' rates in a bucket's estimate
 
@@ -566,6 +567,12 @@ class AdaptiveK:
         """The source's run of right tokens ends: it has nothing to propose here (no match),
         or a new reply starts (its context is no longer the one the run was copying)."""
         self.run = 0
+
+    def copying(self, run: int) -> None:
+        """The context's end already copies an earlier span: ``run`` tokens in a row that
+        this source would have predicted right, whoever drafted them (a copy the draft
+        model or plain steps began is a copy all the same). The run is at least that."""
+        self.run = max(self.run, run)
 
     def observe_acceptance(self, n_offered: int, n_accepted: int) -> None:
         """Acceptance seen without a step of this source: ``n_offered`` tokens it would

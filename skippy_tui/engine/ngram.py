@@ -38,6 +38,7 @@ from .verify import DraftRule
 NGRAM_MAX = 4
 NGRAM_MIN = 2
 UNLIMITED_ROOM = 1 << 30
+COPY_CAP = 16  # a copy this long is as good as any longer one (the run buckets end at 12 + NGRAM_MIN)
 
 
 class NgramIndex:
@@ -77,6 +78,24 @@ class NgramIndex:
             if p is not None and p < len(ctx):
                 return n, p
         return None
+
+    def copy_length(self, context: Sequence[int] | None = None, cap: int = COPY_CAP) -> int:
+        """How many tokens at the end of ``context`` (default: the indexed tokens) repeat
+        the tokens before the match's occurrence, up to ``cap``; 0 without a match.
+
+        The match is at least ``n_min`` tokens; a longer copy says the context is
+        already copying a span (whoever drafted its tokens), which makes the next token
+        of that span far likelier to follow than after a short match in free text.
+        """
+        ctx = self.tokens if context is None else context
+        m = self.match(ctx)
+        if m is None:
+            return 0
+        n, p = m
+        end = len(ctx)
+        while n < cap and p - 1 - n >= 0 and ctx[p - 1 - n] == ctx[end - 1 - n]:
+            n += 1
+        return n
 
     def continuation(self, context: Sequence[int], k: int) -> list[int]:
         """Up to ``k`` tokens predicted to follow ``context`` (empty without a match)."""

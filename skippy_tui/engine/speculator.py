@@ -467,6 +467,7 @@ class Speculator:
         if isinstance(self.k_policy, SourceChooser):
             drafter: AutoDrafter = self.drafter  # type: ignore[assignment]
             offer = drafter.available(context, k_ngram, self._epoch) if k_ngram > 0 else []
+            self._note_copy(self.k_policy.ngram, context)
             k_model = max(k_max, 0) if drafter.model is not None else 0
             source, k, why = self.k_policy.choose(k_model, len(offer), behind)
             drafter.route = source
@@ -474,10 +475,18 @@ class Speculator:
         elif k_max <= 0:
             return KChoice(0, "no room", policy)
         else:
+            if self.drafter is self._ngram:
+                self._note_copy(self.estimator, context)
             k, why = self.k_policy.choose(k_max, behind if self.drafter is self.model_drafter else 0)
         if 0 < k < spec.n_min:
             k, why = 0, f"k={k} below n_min={spec.n_min}"
         return KChoice(k, why, policy, offer)
+
+    def _note_copy(self, policy: AdaptiveK, context: Sequence[int]) -> None:
+        """Tell the n-gram's ``policy`` how far the context's end already copies an earlier
+        span (a match of ``n_min`` tokens is no run yet; each token past it is one)."""
+        index = self._ngram.index
+        policy.copying(max(index.copy_length(context) - index.n_min, 0))
 
     def _sync_draft(self, context: list[int], k: int) -> Synced:
         """Bring the draft source to ``context`` (the draft's KV cache to ``context[:-1]``)
