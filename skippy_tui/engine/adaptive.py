@@ -123,9 +123,14 @@ class VerifyCosts:
     def __init__(self, prior_slope: float = 0.1) -> None:
         self.prior_slope = prior_slope
         self._by_size: dict[int, Recent] = {}
+        # measured() as sorted points, until the next add: the chooser reads V(b) for
+        # every k of every source each step (~40 reads), and each read pooled every median
+        self._points: list[tuple[int, float]] | None = None
+        self._table: list[float] = []  # V(1..n) at the same points, as far as read
 
     def add(self, batch: int, ms: float) -> None:
         self._by_size.setdefault(batch, Recent()).add(ms)
+        self._points, self._table = None, []
 
     def measured(self) -> dict[int, float]:
         """``{batch size: ms}`` for every measured size: the medians, made non-decreasing
@@ -147,13 +152,25 @@ class VerifyCosts:
         values = [v for v, _, n in blocks for _ in range(n)]
         return dict(zip(sizes, values))
 
+    def points(self) -> list[tuple[int, float]]:
+        """:meth:`measured` as ``(batch size, ms)`` pairs in size order (cached until the next add)."""
+        if self._points is None:
+            self._points = sorted(self.measured().items())
+        return self._points
+
     def count(self, batch: int) -> int:
         r = self._by_size.get(batch)
         return len(r) if r is not None else 0
 
+    def table(self, n: int) -> list[float]:
+        """``[V(1), ..., V(n)]`` (ms; 0.0 before any data), cached until the next add."""
+        if len(self._table) < n:
+            self._table = [self.at(b) or 0.0 for b in range(1, n + 1)]
+        return self._table[:n]
+
     def at(self, batch: float) -> float | None:
         """Estimated ms for a (possibly fractional, expected) batch size; None before any data."""
-        pts = sorted(self.measured().items())
+        pts = self.points()
         if not pts:
             return None
         if len(pts) == 1:
@@ -617,7 +634,7 @@ class AdaptiveK:
 
     def _row_slope(self) -> float:
         """The target's extra cost per verify row relative to one row (prior for the draft's prefill)."""
-        pts = sorted(self.verify.measured().items())
+        pts = self.verify.points()
         if len(pts) < 2 or pts[0][1] <= 0:
             return self.verify.prior_slope
         (b0, v0), (b1, v1) = pts[0], pts[-1]
@@ -659,7 +676,7 @@ class AdaptiveK:
         s += self.catchup_ms(behind) / max(horizon or self.horizon, 1.0)
         o = self.overhead.value or 0.0
         r = self.rollback.value or 0.0
-        verify = [(self.verify.at(b) or 0.0) * f for b in range(1, k_max + 2)]
+        verify = [v * f for v in self.verify.table(k_max + 1)]
         return Costs(verify, per_call * f, s * f, o * f, r * f, first * f if first is not None else None)
 
     def rates(self, k_max: int, behind: int = 0, horizon: float | None = None) -> list[float] | None:
