@@ -701,10 +701,11 @@ class AdaptiveK:
 
     # -- choosing -------------------------------------------------------------------
 
-    def choose(self, k_max: int, behind: int = 0) -> tuple[int, str]:
+    def choose(self, k_max: int, behind: int = 0, rates: list[float] | None = None) -> tuple[int, str]:
         """This step's k in ``0..k_max`` and why (expected tokens/s of the alternatives).
 
-        ``behind``: tokens the draft's cache lacks now (see :meth:`costs`).
+        ``behind``: tokens the draft's cache lacks now (see :meth:`costs`); ``rates``:
+        :meth:`rates` for the same arguments when the caller has them already.
         """
         if self.verify.count(1) == 0:
             return 0, "auto: measuring plain step"
@@ -717,7 +718,7 @@ class AdaptiveK:
             return min(self.warmup_k, k_max), "auto: re-measuring draft (machine speed changed)"
         if self._spec_steps < 2:
             return min(self.warmup_k, k_max), "auto: measuring draft"
-        rates = self.rates(k_max, behind)
+        rates = rates if rates is not None else self.rates(k_max, behind)
         assert rates is not None
         self.last_rates = rates
         best = best_k(rates)

@@ -137,15 +137,15 @@ class SourceChooser:
         if other is not None and self._since >= self._interval and self._explore_pays(other, options, behind, best):
             # explore: the other source proposes this step, often while it is close
             self._since = 0
-            rates = self.policy(other).rates(options[other], behind[other]) or [0.0]
-            k = best_k(rates[1:]) + 1 if len(rates) > 1 else 0
+            offered = rates[other]
+            k = best_k(offered[1:]) + 1 if len(offered) > 1 else 0
             # one exploring step pays the whole catch-up (not spread over a run of steps)
             judged = self.policy(other).rates(options[other], behind[other], 1.0) or [0.0]
             close = judged[k] >= CLOSE * best[chosen][1]
             self._interval = self.explore_every if close else min(self._interval * 2, self.explore_max)
             note = f"; {chosen} k={best[chosen][0]} est {best[chosen][1]:.1f}"
-            return other, k, f"auto: {other} explore k={k} est {rates[k]:.1f} tok/s{note}"
-        k, why = self.policy(chosen).choose(options[chosen], behind[chosen])
+            return other, k, f"auto: {other} explore k={k} est {offered[k]:.1f} tok/s{note}"
+        k, why = self.policy(chosen).choose(options[chosen], behind[chosen], rates[chosen])
         note = f"; {other} k={best[other][0]} est {best[other][1]:.1f}" if other is not None else ""
         return chosen, k, f"auto: {chosen} {why.removeprefix('auto: ')}{note}"
 
