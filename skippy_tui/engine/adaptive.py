@@ -126,11 +126,10 @@ class VerifyCosts:
         # measured() as sorted points, until the next add: the chooser reads V(b) for
         # every k of every source each step (~40 reads), and each read pooled every median
         self._points: list[tuple[int, float]] | None = None
-        self._table: list[float] = []  # V(1..n) at the same points, as far as read
 
     def add(self, batch: int, ms: float) -> None:
         self._by_size.setdefault(batch, Recent()).add(ms)
-        self._points, self._table = None, []
+        self._points = None
 
     def measured(self) -> dict[int, float]:
         """``{batch size: ms}`` for every measured size: the medians, made non-decreasing
@@ -161,12 +160,6 @@ class VerifyCosts:
     def count(self, batch: int) -> int:
         r = self._by_size.get(batch)
         return len(r) if r is not None else 0
-
-    def table(self, n: int) -> list[float]:
-        """``[V(1), ..., V(n)]`` (ms; 0.0 before any data), cached until the next add."""
-        if len(self._table) < n:
-            self._table = [self.at(b) or 0.0 for b in range(1, n + 1)]
-        return self._table[:n]
 
     def at(self, batch: float) -> float | None:
         """Estimated ms for a (possibly fractional, expected) batch size; None before any data."""
@@ -676,7 +669,7 @@ class AdaptiveK:
         s += self.catchup_ms(behind) / max(horizon or self.horizon, 1.0)
         o = self.overhead.value or 0.0
         r = self.rollback.value or 0.0
-        verify = [v * f for v in self.verify.table(k_max + 1)]
+        verify = [(self.verify.at(b) or 0.0) * f for b in range(1, k_max + 2)]
         return Costs(verify, per_call * f, s * f, o * f, r * f, first * f if first is not None else None)
 
     def rates(self, k_max: int, behind: int = 0, horizon: float | None = None) -> list[float] | None:

@@ -134,7 +134,11 @@ class SourceChooser:
                 return chosen, 0, f"auto: {chosen} plain ({why})"
         other = next((s for s in best if s != chosen), None)
         self._since += 1
-        if other is not None and self._since >= self._interval and self._explore_pays(other, options, behind, best):
+        if (
+            other is not None
+            and self._since >= self._interval
+            and self._explore_pays(other, rates[other], options, behind, best)
+        ):
             # explore: the other source proposes this step, often while it is close
             self._since = 0
             offered = rates[other]
@@ -167,12 +171,17 @@ class SourceChooser:
         return min(max(going, *(r[0] for r in rates.values())), cap)
 
     def _explore_pays(
-        self, other: str, options: dict[str, int], behind: dict[str, int], best: dict[str, tuple[int, float]]
+        self,
+        other: str,
+        rates: list[float],
+        options: dict[str, int],
+        behind: dict[str, int],
+        best: dict[str, tuple[int, float]],
     ) -> bool:
-        """Whether exploring ``other`` now fits :data:`~.adaptive.PROBE_BUDGET` (a model far behind
-        the n-gram's copies first prefills all of them)."""
+        """Whether exploring ``other`` (``rates``: its expected tokens/s by k) now fits
+        :data:`~.adaptive.PROBE_BUDGET` (a model far behind the n-gram's copies first
+        prefills all of them)."""
         policy = self.policy(other)
-        rates = policy.rates(options[other], behind[other]) or [0.0]
         k = best_k(rates[1:]) + 1 if len(rates) > 1 else 0
         return policy.affordable(options[other], k, behind[other], max(r for _, r in best.values()))
 
