@@ -507,6 +507,20 @@ def test_chooser_recovers_after_a_load_spike():
     assert policy.slowdown < 0.05
 
 
+def test_a_steep_verify_cost_is_not_taken_for_a_slow_machine():
+    """The target's verify cost rises much faster per row than the prior slope says (a
+    9-row batch costs 3x one row). The first drafted steps' batch sizes were never measured,
+    so their surprise is the table's shape, not the machine's speed: a slowdown taken from
+    it would make every plain step look 40 % dearer, and a draft that just loses (60 vs
+    62.5 tok/s here) would keep drafting."""
+    policy = AdaptiveK()
+    chosen = feed(policy, 48, 8, verify=lambda b: 16.0 + 4.25 * (b - 1), draft_ms=11.0, accepted=lambda k: k)
+    assert 0.9 < policy.slowdown < 1.1, policy.slowdown
+    _, why = policy.choose(8)
+    assert 0.9 * 62.5 < policy.last_rates[0] < 1.1 * 62.5, why
+    assert chosen[-16:].count(0) >= 14, chosen
+
+
 AUTO_PROMPTS = [
     "Rewrite the following text exactly, but replace 'cliff' with 'hill'. Change nothing else.\n\nThe old "
     "lighthouse stood on the edge of the cliff for more than a hundred years. Every night its keeper climbed "

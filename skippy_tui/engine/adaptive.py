@@ -524,7 +524,10 @@ class AdaptiveK:
         when the source times them (the first call is modelled apart).
         """
         batch = n_proposed + 1
-        expected = self.verify.at(batch)
+        # only a size measured before says how fast the machine runs now: an interpolated or
+        # extrapolated one is off by the table's shape (the prior slope), and that error,
+        # taken for a slowdown, would rescale every cost, plain steps' included, for good
+        expected = self.verify.at(batch) if self.verify.count(batch) else None
         if expected:
             self._slowdown.add(min(max(verify_ms / expected, 1e-3), 1e3))
         f = self.slowdown
