@@ -605,6 +605,39 @@ def test_a_copy_under_way_in_the_context_reaches_the_ngram_policy(pair, monkeypa
         assert seen and seen[0] >= 10, (source, seen)  # 12 copied tokens or more, less the n-gram's 2
 
 
+
+def test_only_a_replys_first_step_is_observed_as_cold(pair, monkeypatch):
+    """The speculator marks a reply's first step (it runs after the prompt's prefill) as
+    cold for the policies, and no other."""
+    flags: list[bool] = []
+    real = AdaptiveK.observe
+
+    def spy(self: AdaptiveK, **kw: object) -> None:
+        flags.append(bool(kw.get("cold")))
+        real(self, **kw)
+
+    monkeypatch.setattr(AdaptiveK, "observe", spy)
+    gen = GenerationSettings(SamplingParams(temperature=0.0), max_tokens=12)
+    pair.update(enabled=True, source="auto", n_draft="auto")
+    for _ in range(2):
+        flags.clear()
+        run = Run(pair.run(user(IDENTITY_PROMPTS[0]), gen))
+        assert flags == [True] + [False] * (len(run.steps) - 1), flags
+
+
+def test_a_cold_first_step_is_no_sample_of_the_steady_cost():
+    """Cold first steps (20 ms against 16 ms steady) leave a measured plain cost and the
+    slowdown alone; a size never measured takes even a cold sample."""
+    policy = AdaptiveK()
+    policy.observe(k=0, n_proposed=0, n_accepted=0, verify_ms=20.0, cold=True)
+    assert policy.verify.count(1) == 1
+    for _ in range(9):
+        policy.observe(k=0, n_proposed=0, n_accepted=0, verify_ms=16.0)
+    for _ in range(5):
+        policy.observe(k=0, n_proposed=0, n_accepted=0, verify_ms=20.0, cold=True)
+    assert policy.verify.at(1) * policy.slowdown == pytest.approx(16.0, rel=0.02)
+
+
 def test_a_draft_measured_slow_once_is_not_kept_slow():
     """First-touch paging or a load spike made the draft's first samples 20x too slow: one
     cheap probe is enough to speculate again, not five."""

@@ -513,6 +513,7 @@ class AdaptiveK:
         rollback_ms: float = 0.0,
         sync_tokens: int | None = None,
         draft_calls_ms: Sequence[float] = (),
+        cold: bool = False,
         **_: object,
     ) -> None:
         """Record one finished step (``k`` asked for, ``n_proposed`` offered, ``n_accepted`` kept).
@@ -521,13 +522,20 @@ class AdaptiveK:
         rejection added (0 for a step that rejected nothing). ``sync_tokens``: what
         the draft's sync prefilled (None: unknown; then only a sync right after a
         drafted step counts as steady). ``draft_calls_ms``: each draft decode's ms,
-        when the source times them (the first call is modelled apart).
+        when the source times them (the first call is modelled apart). ``cold``: the
+        reply's first step, which runs after the prompt's prefill (10-20 % slower than
+        the steps after it): its times are kept only for what was never measured.
         """
         batch = n_proposed + 1
         # only a size measured before says how fast the machine runs now: an interpolated or
         # extrapolated one is off by the table's shape (the prior slope), and that error,
         # taken for a slowdown, would rescale every cost, plain steps' included, for good
         expected = self.verify.at(batch) if self.verify.count(batch) else None
+        if cold and expected and (k == 0 or self.draft_call.value is not None):
+            # when drafting wins, a reply's plain steps are mostly its first (probes wait for
+            # a synced draft): cold samples would make plain decoding look dearer than it is
+            self._count_step(k, n_proposed, n_accepted)
+            return
         if expected:
             self._slowdown.add(min(max(verify_ms / expected, 1e-3), 1e3))
         f = self.slowdown
@@ -537,7 +545,6 @@ class AdaptiveK:
         if n_accepted < n_proposed:
             self.rollback.add(rollback_ms / f)
         if k > 0:
-            self._spec_steps += 1
             self._draft_slowdown = f
             sample = draft_ms / max(1, min(k, n_proposed + 1)) / f
             if (est := self.draft_call.value) is not None and sample < 0.5 * est:
@@ -560,6 +567,12 @@ class AdaptiveK:
             # the steady sync: a catch-up after steps this source did not draft is C(b), not s
             if (sync_tokens is not None and sync_tokens <= 1) or (sync_tokens is None and self._prev_k > 0):
                 self.sync.add(sync_ms / f)
+        self._count_step(k, n_proposed, n_accepted)
+
+    def _count_step(self, k: int, n_proposed: int, n_accepted: int) -> None:
+        """What every observed step adds, its times aside: a drafted step's acceptance."""
+        if k > 0:
+            self._spec_steps += 1
             self._count(k, n_proposed, n_accepted)
         self._prev_k = k
 

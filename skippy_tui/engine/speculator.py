@@ -420,7 +420,7 @@ class Speculator:
             # a rejection costs the target's KV removal and the panel's top-k lists: charged to
             # the steps that reject (auto's cost model), not smeared over plain steps
             rollback_ms = (t_end - t_commit) * 1000 if step.rejected else 0.0
-            self._learn(reply, step, (t_end - t_step) * 1000, rollback_ms)
+            self._learn(reply, step, (t_end - t_step) * 1000, rollback_ms, cold=index == 0)
             yield event
             reason = committed.reason
             index += 1
@@ -543,11 +543,11 @@ class Speculator:
             return str(e)
         return ""
 
-    def _learn(self, reply: Reply, step: Step, step_ms: float, rollback_ms: float) -> None:
+    def _learn(self, reply: Reply, step: Step, step_ms: float, rollback_ms: float, cold: bool = False) -> None:
         """Add the finished step to the reply's totals and to what the k policies measure.
 
         ``step_ms``: the whole step, its event included; ``rollback_ms``: the part a
-        rejection added (0 when nothing was rejected).
+        rejection added (0 when nothing was rejected); ``cold``: the reply's first step.
         """
         synced, proposed, verified, committed = step.synced, step.proposed, step.verified, step.committed
         n_proposed = step.n_proposed
@@ -565,7 +565,7 @@ class Speculator:
         step.choice.policy.observe(
             k=step.choice.k, n_proposed=n_proposed, n_accepted=committed.n_accepted,
             sync_ms=synced.ms, draft_ms=proposed.ms, verify_ms=verified.ms, step_ms=step_ms,
-            rollback_ms=rollback_ms,
+            rollback_ms=rollback_ms, cold=cold,
             sync_tokens=info.end - info.start if info.kind in ("extend", "truncate", "reset") else 0,
             draft_calls_ms=proposed.proposal.call_ms,
         )  # fmt: skip
