@@ -638,6 +638,25 @@ def test_a_cold_first_step_is_no_sample_of_the_steady_cost():
     assert policy.verify.at(1) * policy.slowdown == pytest.approx(16.0, rel=0.02)
 
 
+def test_the_source_chooser_outlives_a_settings_change(pair):
+    """``source = "auto"``'s chooser (its exploring schedule) is kept across a settings change
+    and a restore of what was learned, as the policies are: a new chooser per change would
+    explore as if nothing were known (the bench restores before every reply)."""
+    pair.update(enabled=True, source="auto", n_draft="auto")
+    chooser = pair.k_policy
+    assert isinstance(chooser, SourceChooser)
+    pair.update(source="model")
+    pair.update(source="auto")
+    assert pair.k_policy is chooser
+    state = pair.learned()
+    model = chooser.model
+    pair.restore_learned(None)  # starting afresh leaves the state handed out intact
+    assert pair.k_policy is not chooser and pair.k_policy.model is not model
+    pair.restore_learned(state)
+    assert pair.k_policy is chooser and chooser.model is model
+    pair.update(source="model")
+    assert pair.k_policy is model
+
 def test_a_draft_measured_slow_once_is_not_kept_slow():
     """First-touch paging or a load spike made the draft's first samples 20x too slow: one
     cheap probe is enough to speculate again, not five."""

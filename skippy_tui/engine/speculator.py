@@ -116,6 +116,9 @@ class Speculator:
         # acceptance differs by draft source and by how tokens are chosen (greedy,
         # coupled or rejection sampling): one policy per pair, verify costs shared
         self._policies: dict[tuple[str, str], AdaptiveK] = {}
+        # source = "auto"'s chooser per sampling mode: its exploring schedule outlives a
+        # settings change like the policies' probe schedules do
+        self._choosers: dict[tuple[str, bool], SourceChooser] = {}
         self._mode = "greedy"
         self._install_policy()
         self._turn = 0
@@ -166,12 +169,18 @@ class Speculator:
             ngram = self._policy("ngram")
             model = self._policy("model") if self.model_drafter is not None else None
             self.estimator = model or ngram
-            self.k_policy = SourceChooser(model, ngram) if self.speculation.auto else FixedK()
+            self.k_policy = self._chooser(model, ngram) if self.speculation.auto else FixedK()
             if not self.speculation.auto:  # no chooser routes a fixed k: it drafts as ngram+model
                 self.drafter.route = None  # type: ignore[union-attr]
             return
         self.estimator = self._policy(source)
         self.k_policy = self.estimator if self.speculation.auto else FixedK()
+
+    def _chooser(self, model: AdaptiveK | None, ngram: AdaptiveK) -> SourceChooser:
+        key = (self._mode, model is not None)
+        if key not in self._choosers:
+            self._choosers[key] = SourceChooser(model, ngram)
+        return self._choosers[key]
 
     def _policy(self, source: str) -> AdaptiveK:
         key = (source, self._mode)
@@ -186,13 +195,14 @@ class Speculator:
         self._verify_costs = VerifyCosts(self._verify_costs.prior_slope)
         for batch, ms in self._seed_timings.items():
             self._verify_costs.add(batch, ms)
-        self._policies.clear()
+        # new dicts, not cleared ones: a state handed out by learned() holds the old ones
+        self._policies, self._choosers = {}, {}
         self._install_policy()
 
     def learned(self) -> object:
-        """What the adaptive policies have measured so far (the verify costs and every
-        source's policy), opaque, for :meth:`restore_learned`."""
-        return (self._verify_costs, self._policies)
+        """What the adaptive policies have measured so far (the verify costs, every
+        source's policy and ``source = "auto"``'s choosers), opaque, for :meth:`restore_learned`."""
+        return (self._verify_costs, self._policies, self._choosers)
 
     def restore_learned(self, state: object | None) -> None:
         """Put back a state from :meth:`learned` (``None``: start afresh, as
@@ -201,7 +211,7 @@ class Speculator:
         if state is None:
             self.reset_policies()
             return
-        self._verify_costs, self._policies = state  # type: ignore[misc]
+        self._verify_costs, self._policies, self._choosers = state  # type: ignore[misc]
         self._install_policy()
 
     def seed_verify_costs(self, timings_ms: dict[int, float]) -> None:
