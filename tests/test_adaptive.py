@@ -605,7 +605,6 @@ def test_a_copy_under_way_in_the_context_reaches_the_ngram_policy(pair, monkeypa
         assert seen and seen[0] >= 10, (source, seen)  # 12 copied tokens or more, less the n-gram's 2
 
 
-
 def test_only_a_replys_first_step_is_observed_as_cold(pair, monkeypatch):
     """The speculator marks a reply's first step (it runs after the prompt's prefill) as
     cold for the policies, and no other."""
@@ -656,6 +655,7 @@ def test_the_source_chooser_outlives_a_settings_change(pair):
     assert pair.k_policy is chooser and chooser.model is model
     pair.update(source="model")
     assert pair.k_policy is model
+
 
 def test_a_draft_measured_slow_once_is_not_kept_slow():
     """First-touch paging or a load spike made the draft's first samples 20x too slow: one
