@@ -521,6 +521,19 @@ def test_a_steep_verify_cost_is_not_taken_for_a_slow_machine():
     assert chosen[-16:].count(0) >= 14, chosen
 
 
+def test_policies_sharing_the_verify_costs_share_the_slowdown():
+    """The n-gram's and the model's policies store verify samples in one table, divided by
+    the slowdown: with a slowdown each, the one that did not see the machine speed up
+    read the other's plain samples 25 % too dear."""
+    verify = VerifyCosts()
+    model, ngram = AdaptiveK(verify), AdaptiveK(verify, runs=True)
+    ngram.observe(k=0, n_proposed=0, n_accepted=0, verify_ms=20.0)
+    for _ in range(9):
+        model.observe(k=0, n_proposed=0, n_accepted=0, verify_ms=16.0)
+    assert ngram.slowdown == model.slowdown
+    assert verify.at(1) * ngram.slowdown == pytest.approx(16.0, rel=0.02)
+
+
 AUTO_PROMPTS = [
     "Rewrite the following text exactly, but replace 'cliff' with 'hill'. Change nothing else.\n\nThe old "
     "lighthouse stood on the edge of the cliff for more than a hundred years. Every night its keeper climbed "

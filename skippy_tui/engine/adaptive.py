@@ -123,6 +123,9 @@ class VerifyCosts:
     def __init__(self, prior_slope: float = 0.1) -> None:
         self.prior_slope = prior_slope
         self._by_size: dict[int, Recent] = {}
+        # this step's verify time over the table's, recent steps of any policy: the table
+        # holds times divided by it, so the policies sharing the table must share it too
+        self.speed = Recent(5)
         # measured() as sorted points, until the next add: the chooser reads V(b) for
         # every k of every source each step (~40 reads), and each read pooled every median
         self._points: list[tuple[int, float]] | None = None
@@ -150,6 +153,11 @@ class VerifyCosts:
                 blocks[-1] = [(v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, n1 + n2]
         values = [v for v, _, n in blocks for _ in range(n)]
         return dict(zip(sizes, values))
+
+    @property
+    def slowdown(self) -> float:
+        """How much slower the machine runs now than the table's times (1.0 before any step)."""
+        return self.speed.value or 1.0
 
     def points(self) -> list[tuple[int, float]]:
         """:meth:`measured` as ``(batch size, ms)`` pairs in size order (cached until the next add)."""
@@ -480,7 +488,6 @@ class AdaptiveK:
         self._prev_k = 0
         self._spec_steps = 0
         self.last_rates: list[float] = []
-        self._slowdown = Recent(5)  # this step's verify time / the table's, recent steps
         self._draft_slowdown = 1.0  # the slowdown when the draft was last measured
 
     # -- what it has measured ---------------------------------------------------------
@@ -537,7 +544,7 @@ class AdaptiveK:
             self._count_step(k, n_proposed, n_accepted)
             return
         if expected:
-            self._slowdown.add(min(max(verify_ms / expected, 1e-3), 1e3))
+            self.verify.speed.add(min(max(verify_ms / expected, 1e-3), 1e3))
         f = self.slowdown
         self.verify.add(batch, verify_ms / f)
         if step_ms is not None:
@@ -638,8 +645,10 @@ class AdaptiveK:
         and multiplied by the current one when used. The target's verify runs
         every step, so a load spike on a shared machine (or its end) rescales the
         draft's costs too, which are otherwise measured only while speculating.
+        It is the shared verify table's (:attr:`VerifyCosts.slowdown`), as the policies
+        of every draft source store their samples in that table.
         """
-        return self._slowdown.value or 1.0
+        return self.verify.slowdown
 
     def _row_slope(self) -> float:
         """The target's extra cost per verify row relative to one row (prior for the draft's prefill)."""
