@@ -12,7 +12,7 @@ from skippy_tui.cli import main
 from skippy_tui.engine.drafters import Proposal
 from skippy_tui.engine.errors import BoundsError
 from skippy_tui.engine.events import SyncInfo
-from skippy_tui.engine.ngram import CombinedDrafter, NgramDrafter, NgramIndex, build_drafter
+from skippy_tui.engine.ngram import HANDOFF, AutoDrafter, CombinedDrafter, NgramDrafter, NgramIndex, build_drafter
 from skippy_tui.engine.sampling import SamplingParams
 from skippy_tui.engine.settings import GenerationSettings
 
@@ -69,6 +69,10 @@ def test_ngram_copy_length(tokens, cap, expected):
     idx.extend(tokens)
     assert idx.copy_length(cap=cap) == expected
     assert idx.copy_length(tokens, cap) == expected
+    for split in range(len(tokens) - 3, len(tokens) + 1):  # the last tokens as a proposal after the context
+        head = NgramIndex(4, 2)
+        head.extend(tokens[:split])
+        assert head.copy_length_with(tokens[:split], tokens[split:], cap) == expected, split
 
 
 def test_ngram_truncate_forgets_later_tokens():
@@ -179,6 +183,30 @@ def _fresh(request):
     for name in ("pair", "target_only"):
         if name in request.fixturenames:
             restore(request.getfixturevalue(name))
+
+
+def test_a_routed_model_hands_a_copy_to_the_ngram(pair):
+    """Under ``auto``, a model proposal whose tokens copy an earlier span for HANDOFF tokens
+    stops there (the next step's n-gram goes on with the copy for almost nothing); in
+    free text it runs to k."""
+    span = " The old lighthouse stood on the edge of the cliff for more than a hundred years."
+    copy = pair.target.tokenize(f"Say it twice:{span} Again:{span[:8]}", False)
+    free = pair.target.tokenize("Write about the sea.", False)
+    drafter = AutoDrafter(NgramDrafter(), pair.model_drafter)
+    drafter.route = "model"
+    for context, stops in ((copy, True), (free, False)):
+        drafter.reset()
+        drafter.available(context, 32)
+        drafter.sync(context)
+        proposal = drafter.propose(context, 8, 0.0)
+        assert proposal.stopped is stops, pair.target.detokenize(list(proposal.tokens))
+        if stops:  # copying went on as far as the hand-off, and no further
+            assert 0 < len(proposal.tokens) < 8
+            index = drafter.ngram.index
+            assert index.copy_length_with(context, proposal.tokens) >= HANDOFF
+            assert index.copy_length_with(context, proposal.tokens[:-1]) < HANDOFF
+        else:
+            assert len(proposal.tokens) == 8
 
 
 def _plain(sp, prompt):

@@ -10,7 +10,7 @@ accepted proposal is an ``extend`` and after a rejection a ``truncate``.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -36,6 +36,8 @@ class Proposal:
     needs it (rejection sampling), else empty. ``call_ms``: the wall time (ms) of
     each draft-model decode, in order (empty for sources that decode nothing): the
     first call of a proposal costs more than the rest (auto's cost model).
+    ``stopped``: the proposal ended on its ``stop`` check (an n-gram hand-off), not
+    because the draft was unsure: auto does not count it as a shorter offer.
     """
 
     tokens: tuple[int, ...] = ()
@@ -44,6 +46,7 @@ class Proposal:
     source: str = ""
     dists: tuple[Candidates | None, ...] = field(default=(), repr=False)
     call_ms: tuple[float, ...] = field(default=(), repr=False)
+    stopped: bool = False
 
 
 class Drafter(Protocol):
@@ -106,9 +109,17 @@ class ModelDrafter:
             return plan.to
         return 0
 
-    def propose(self, context: Sequence[int], k: int, p_min: float, rule: DraftRule | None = None) -> Proposal:
+    def propose(
+        self,
+        context: Sequence[int],
+        k: int,
+        p_min: float,
+        rule: DraftRule | None = None,
+        stop: Callable[[Sequence[int]], bool] | None = None,
+    ) -> Proposal:
         """Up to ``k`` tokens after ``context``, each picked by ``rule`` (default: greedy,
-        no penalties); call :meth:`sync` first.
+        no penalties); call :meth:`sync` first. ``stop(tokens)``: whether the proposal
+        ends after the tokens drafted so far (checked after each one).
 
         Raises:
             ContextFullError, DecodeError: a draft decode failed; the steps
@@ -123,6 +134,7 @@ class ModelDrafter:
         rows: list[np.ndarray] = []
         dists: list[Candidates | None] = []
         call_ms: list[float] = []
+        stopped = False
         for i in range(k):
             t = time.perf_counter()
             logits = self.cache.ctx.decode([current], pos + i, 1)[0]
@@ -136,7 +148,10 @@ class ModelDrafter:
             probs.append(p)
             dists.append(dist)
             current = tid
-        return Proposal(tuple(tokens), tuple(probs), tuple(rows), self.source, tuple(dists), tuple(call_ms))
+            if stop is not None and len(tokens) < k and stop(tokens):
+                stopped = True
+                break
+        return Proposal(tuple(tokens), tuple(probs), tuple(rows), self.source, tuple(dists), tuple(call_ms), stopped)
 
     def reset(self) -> None:
         self.cache.reset()

@@ -572,8 +572,10 @@ class Speculator:
                 proposed_by = proposed.proposal.source if n_proposed else "none"
                 self.k_policy.shadow(proposed_by, step.choice.ngram_offer, committed.tokens[: committed.n_looked])
         info = synced.info
+        # a proposal the n-gram took over from (a hand-off) offered all it was let offer
+        k = n_proposed if proposed.proposal.stopped else step.choice.k
         step.choice.policy.observe(
-            k=step.choice.k, n_proposed=n_proposed, n_accepted=committed.n_accepted,
+            k=k, n_proposed=n_proposed, n_accepted=committed.n_accepted,
             sync_ms=synced.ms, draft_ms=proposed.ms, verify_ms=verified.ms, step_ms=step_ms,
             rollback_ms=rollback_ms, cold=cold,
             sync_tokens=info.end - info.start if info.kind in ("extend", "truncate", "reset") else 0,

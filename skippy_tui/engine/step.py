@@ -331,7 +331,7 @@ def step_event(
         draft_ms=proposed.ms,
         verify_ms=verified.ms,
         delta=tuple(TextSpan(s, o) for s, o in committed.delta),  # type: ignore[arg-type]
-        k_reason=step.choice.reason,
+        k_reason=step.choice.reason + (" (handed to the n-gram: a copy began)" if proposal.stopped else ""),
         draft_source=proposal.source if proposal.tokens else "",
         p_target=verified.verdict.p_target,
         sampling=sampling,
