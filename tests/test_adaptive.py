@@ -675,7 +675,7 @@ def test_a_draft_measured_slow_once_is_not_kept_slow():
     cheap probe is enough to speculate again, not five."""
     policy = AdaptiveK(probe_every=4)
     spike = feed(policy, 12, 8, verify=lambda b: 30.0 + 1.0 * (b - 1), draft_ms=600.0, accepted=lambda k: k)
-    assert spike[-3:] == [0, 0, 0]
+    assert spike[-4:].count(0) == 3  # plain, but for a probe every 4 steps (too few drafted to back off)
     calm = feed(policy, 12, 8, verify=lambda b: 30.0 + 1.0 * (b - 1), draft_ms=3.0, accepted=lambda k: k)
     first = next(i for i, k in enumerate(calm) if k > 0)
     assert first <= 4 and calm[first + 1 : first + 4] == [8, 8, 8], calm  # before: plain until 5 probes

@@ -188,10 +188,13 @@ def test_a_probe_waits_while_the_catch_up_would_cost_more_than_the_budget():
     assert any("probe waits: draft" in why for why in sim.reasons[-100:]), sim.reasons[-100:]
 
 
-def test_a_good_draft_after_an_unlucky_warm_up_is_still_found():
+@pytest.mark.parametrize("prefill_per_token", [1.0, 3.5])
+def test_a_good_draft_after_an_unlucky_warm_up_is_still_found(prefill_per_token):
     """Seed 2's first proposals are rejected at once although the draft is good (90 %):
-    probes must not be held to the budget before the verdict has evidence."""
-    draft = {"first": 10.0, "next": 6.5, "prefill_fixed": 6.0, "prefill_per_token": 1.0}
+    probes must not be held to the budget before the verdict has evidence, even where the
+    catch-up after plain steps costs a sixth of a plain step per token (the default pair:
+    sampled replies stayed plain to their end after one unlucky warm-up step)."""
+    draft = {"first": 10.0, "next": 6.5, "prefill_fixed": 6.0, "prefill_per_token": prefill_per_token}
     best = max(run(None, 400, k, 2, draft=Draft(**draft), verify_ms=V, accept=0.9).rate for k in (4, 8))
     sim = run(AdaptiveK(), 400, None, 2, draft=Draft(**draft), verify_ms=V, accept=0.9)
     assert sim.ks[3:7] == [0, 0, 0, 0]  # the unlucky warm-up made plain the verdict

@@ -748,7 +748,10 @@ class AdaptiveK:
         if self._since_probe >= self._interval and k_max >= 1:
             if best == 0:
                 probe = best_k(rates[1:]) + 1
-                if not self.affordable(k_max, probe, behind, rates[0]):
+                # until EVIDENCE drafted steps back the verdict it is mostly prior and one
+                # unlucky rejection (a sampled reply's first warm-up step) would end the
+                # probes for the rest of the reply: they go on, catch-up and all
+                if self._spec_steps >= EVIDENCE and not self.affordable(k_max, probe, behind, rates[0]):
                     return 0, f"auto: k=0 est {rates[0]:.1f} tok/s (probe waits: draft {behind} behind)"
             else:
                 self._probe_toggle = not self._probe_toggle
@@ -761,7 +764,8 @@ class AdaptiveK:
             # while little is drafted the acceptance is mostly prior: "close" is wider then
             near = CLOSE if self._spec_steps >= EVIDENCE else 0.5
             close = judged is not None and judged[probe] >= near * rates[best]
-            self._interval = self.probe_every if close else min(self._interval * 2, self.probe_max)
+            thin = self._spec_steps < EVIDENCE  # nor back off while it is (see above)
+            self._interval = self.probe_every if close or thin else min(self._interval * 2, self.probe_max)
             return probe, f"auto: probe k={probe} est {rates[probe]:.1f} tok/s (best k={best} {rates[best]:.1f})"
         return best, f"auto: k={best} est {rates[best]:.1f} tok/s (" + _alternatives(rates, best) + ")"
 
