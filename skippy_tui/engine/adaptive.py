@@ -615,6 +615,11 @@ class AdaptiveK:
             self._count(n_offered, n_offered, n_accepted)
 
     @property
+    def trusted(self) -> bool:
+        """Whether :data:`EVIDENCE` drafted steps back the verdict (before that it is mostly prior)."""
+        return self._spec_steps >= EVIDENCE
+
+    @property
     def measured(self) -> bool:
         """True once the draft's cost has been measured (past the warm-up steps)."""
         return self._spec_steps >= 2
@@ -751,7 +756,7 @@ class AdaptiveK:
                 # until EVIDENCE drafted steps back the verdict it is mostly prior and one
                 # unlucky rejection (a sampled reply's first warm-up step) would end the
                 # probes for the rest of the reply: they go on, catch-up and all
-                if self._spec_steps >= EVIDENCE and not self.affordable(k_max, probe, behind, rates[0]):
+                if self.trusted and not self.affordable(k_max, probe, behind, rates[0]):
                     return 0, f"auto: k=0 est {rates[0]:.1f} tok/s (probe waits: draft {behind} behind)"
             else:
                 self._probe_toggle = not self._probe_toggle
@@ -762,10 +767,10 @@ class AdaptiveK:
             # a probe after a plain streak pays the whole catch-up, so it is judged with it
             judged = self.rates(k_max, behind, 1.0) if probe > 0 and behind > 1 else rates
             # while little is drafted the acceptance is mostly prior: "close" is wider then
-            near = CLOSE if self._spec_steps >= EVIDENCE else 0.5
+            near = CLOSE if self.trusted else 0.5
             close = judged is not None and judged[probe] >= near * rates[best]
-            thin = self._spec_steps < EVIDENCE  # nor back off while it is (see above)
-            self._interval = self.probe_every if close or thin else min(self._interval * 2, self.probe_max)
+            # nor back off before the verdict is trusted (see above)
+            self._interval = self.probe_every if close or not self.trusted else min(self._interval * 2, self.probe_max)
             return probe, f"auto: probe k={probe} est {rates[probe]:.1f} tok/s (best k={best} {rates[best]:.1f})"
         return best, f"auto: k={best} est {rates[best]:.1f} tok/s (" + _alternatives(rates, best) + ")"
 
@@ -779,7 +784,7 @@ class AdaptiveK:
             return True
         tokens = expected_tokens(k, self.acceptance(k), self.offer(k))
         extra_ms = 1000.0 * tokens * (1.0 / one_off[k] - 1.0 / best_rate)
-        budget = PROBE_BUDGET * (1 if self._spec_steps >= EVIDENCE else 4)
+        budget = PROBE_BUDGET * (1 if self.trusted else 4)
         return extra_ms <= budget * behind * 1000.0 / best_rate
 
 

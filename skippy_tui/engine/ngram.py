@@ -74,13 +74,16 @@ class NgramIndex:
         self.tokens, self._after = [], {}
         self.extend(kept)
 
-    def match(self, context: Sequence[int] | None = None) -> tuple[int, int] | None:
+    def match(self, context: Sequence[int] | None = None, extra: Sequence[int] = ()) -> tuple[int, int] | None:
         """``(n, position)`` of the longest suffix of ``context`` (default: the indexed
-        tokens) seen before, and where its continuation starts; None without a match."""
+        tokens) followed by ``extra`` seen before, and where its continuation starts;
+        None without a match."""
         ctx = self.tokens if context is None else context
-        for n in range(min(self.n_max, len(ctx)), self.n_min - 1, -1):
-            p = self._after.get(tuple(ctx[len(ctx) - n :]))
-            if p is not None and p < len(ctx):
+        end, m = len(ctx) + len(extra), len(extra)
+        for n in range(min(self.n_max, end), self.n_min - 1, -1):
+            tail = tuple(extra[m - n :]) if n <= m else (*ctx[len(ctx) - (n - m) :], *extra)
+            p = self._after.get(tail)
+            if p is not None and p < end:
                 return n, p
         return None
 
@@ -97,17 +100,15 @@ class NgramIndex:
     def copy_length_with(self, context: Sequence[int], extra: Sequence[int], cap: int = COPY_CAP) -> int:
         """:meth:`copy_length` of ``context`` followed by ``extra`` (a proposal's tokens so
         far), without building the joined list."""
+        m = self.match(context, extra)
+        if m is None:
+            return 0
+        n, p = m
         n_ctx, end = len(context), len(context) + len(extra)
 
         def at(i: int) -> int:
             return context[i] if i < n_ctx else extra[i - n_ctx]
 
-        for n in range(min(self.n_max, end), self.n_min - 1, -1):
-            p = self._after.get(tuple(at(i) for i in range(end - n, end)))
-            if p is not None and p < end:
-                break
-        else:
-            return 0
         while n < cap and p - 1 - n >= 0 and at(p - 1 - n) == at(end - 1 - n):
             n += 1
         return n
