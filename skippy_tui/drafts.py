@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from .bench_core import RunResult, run_once
-from .engine.adaptive import Costs, VerifyCosts, expected_rates
+from .engine.adaptive import Costs, expected_rates
 from .engine.errors import SkippyError
 from .engine.loader import EngineSpec, load_speculator
+from .engine.measurements import VerifyCosts
 from .engine.sampling import SamplingParams
 from .engine.settings import GenerationSettings, ModelSpec
 from .library import DraftCandidate, LibraryEntry, human_params, human_size, table

@@ -13,7 +13,6 @@ from skippy_tui.config import Config, ConfigError
 from skippy_tui.engine.adaptive import (
     AdaptiveK,
     Costs,
-    VerifyCosts,
     best_k,
     break_even_acceptance,
     expected_rates,
@@ -23,6 +22,7 @@ from skippy_tui.engine.adaptive import (
 )
 from skippy_tui.engine.chooser import SourceChooser
 from skippy_tui.engine.errors import BoundsError
+from skippy_tui.engine.measurements import VerifyCosts
 from skippy_tui.engine.sampling import SamplingParams
 from skippy_tui.engine.settings import GenerationSettings, SpeculationSettings
 

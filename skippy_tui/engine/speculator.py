@@ -39,7 +39,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .adaptive import AdaptiveK, FixedK, KPolicy, VerifyCosts, best_k
+from .adaptive import AdaptiveK, FixedK, KPolicy, best_k
 from .bounds import ContextCapacity, validate_capacity, validate_prompt_len
 from .chat import ChatTemplate, Message, prompt_tokens
 from .chooser import SourceChooser
@@ -49,6 +49,7 @@ from .events import Event, FinishReason, ReplyStarted
 from .gguf_info import ModelInfo
 from .invariance import Invariance
 from .kvcache import KvCache
+from .measurements import VerifyCosts
 from .native import Context, Model
 from .ngram import AutoDrafter, NgramDrafter, build_drafter
 from .sampling import PenaltyWindow
