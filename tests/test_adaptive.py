@@ -263,6 +263,21 @@ def test_offer_rate_counts_short_proposals():
     assert q[1] > 0.9
 
 
+def test_acceptance_counts_a_positions_expected_acceptance_instead_of_its_outcome():
+    """A sampled step whose first token was rejected although the target would have taken
+    it nine times in ten counts 0.9 at that position, not 0 (the coupled sampler's
+    expectation); a position without one counts its outcome."""
+    policy, outcome = AdaptiveK(), AdaptiveK()
+    for p, expected in ((policy, (0.9,)), (outcome, ())):
+        p.observe(k=4, n_proposed=4, n_accepted=0, verify_ms=20.0, draft_ms=8.0, expected=expected)
+    assert policy.acceptance(1)[0] == pytest.approx((0.9 + 0.5) / 2)  # with the prior's one count at 0.5
+    assert outcome.acceptance(1)[0] == pytest.approx(0.5 / 2)
+    policy.observe(k=4, n_proposed=4, n_accepted=2, verify_ms=20.0, draft_ms=8.0, expected=(0.95, None, 0.4))
+    c = policy.counts
+    assert c.reached[:4] == pytest.approx([1.98, 1.0, 1.0, 0.0])
+    assert c.accepted[:3] == pytest.approx([0.9 * 0.98 + 0.95, 1.0, 0.4])
+
+
 # -- source = "auto": the n-gram proposal, the model's or plain ----------------------------------
 
 
@@ -635,6 +650,32 @@ def test_only_a_replys_first_step_is_observed_as_cold(pair, monkeypatch):
         flags.clear()
         run = Run(pair.run(user(IDENTITY_PROMPTS[0]), gen))
         assert flags == [True] + [False] * (len(run.steps) - 1), flags
+
+
+def test_sampled_steps_reach_the_policies_with_their_expected_acceptance(pair, monkeypatch):
+    """On the real pair at T = 0.8 every drafted step hands the policy each judged
+    position's acceptance probability (the coupled sampler's, from both models' rows);
+    greedy steps hand none (their outcome is certain given the context)."""
+    seen: list[tuple[int, int, tuple]] = []
+    real = AdaptiveK.observe
+
+    def spy(self: AdaptiveK, **kw: object) -> None:
+        if kw["k"]:
+            seen.append((kw["n_proposed"], kw["n_accepted"], tuple(kw.get("expected", ()))))  # type: ignore[arg-type]
+        real(self, **kw)
+
+    monkeypatch.setattr(AdaptiveK, "observe", spy)
+    pair.update(enabled=True, source="model", n_draft=4)
+    sampled = GenerationSettings(SamplingParams(temperature=0.8, seed=1), max_tokens=32)
+    Run(pair.run(user(IDENTITY_PROMPTS[0]), sampled))
+    assert seen
+    for n_proposed, n_accepted, expected in seen:
+        assert len(expected) == min(n_accepted + 1, n_proposed), (n_proposed, n_accepted, expected)
+        assert all(e is not None and 0.0 <= e <= 1.0 + 1e-9 for e in expected), expected
+    assert any(0.0 < e < 1.0 - 1e-6 for *_, x in seen for e in x)  # probabilities, not outcomes
+    seen.clear()
+    Run(pair.run(user(IDENTITY_PROMPTS[0]), GenerationSettings(SamplingParams(temperature=0.0), max_tokens=16)))
+    assert seen and all(x == () for *_, x in seen)
 
 
 def test_a_cold_first_step_is_no_sample_of_the_steady_cost():

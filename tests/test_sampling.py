@@ -23,7 +23,13 @@ from skippy_tui.engine.sampling import (
     top_prob,
     top_softmax,
 )
-from skippy_tui.engine.verify import ReplySampler, coupled_acceptance, verify_greedy
+from skippy_tui.engine.verify import (
+    EXPECTED_MAX_CANDIDATES,
+    ReplySampler,
+    coupled_acceptance,
+    expected_acceptance,
+    verify_greedy,
+)
 
 UNFILTERED = {"top_k": 0, "top_p": 1.0, "min_p": 0.0}
 
@@ -251,6 +257,64 @@ def test_coupled_acceptance_meets_the_total_variation_bound() -> None:
         tv = 0.5 * np.abs(p - q).sum()
         assert coupled_acceptance(p, q) >= (1 - tv) / (1 + tv) - 1e-12
     assert abs(coupled_acceptance(P, P) - 1.0) < 1e-12
+
+
+def test_the_coupled_verdict_carries_each_judged_positions_expected_acceptance() -> None:
+    """Position by position, the probability the coupled sampler accepts: the exact formula
+    for a sampled proposal, the target's probability of the token for a fixed one (an
+    n-gram's), nothing when greedy."""
+    s = ReplySampler(SamplingParams(temperature=1.0, seed=3, **UNFILTERED), 3)
+    d, _, dist = s.draft_rule(10).choose(_rows(Q))
+    v = s.verify([d], np.stack([_rows(P), _rows(P)]), 10, None, [dist])
+    assert len(v.expected) == 1 and v.expected[0] == pytest.approx(coupled_acceptance(P, Q))
+    fixed = int(np.argmax(Q))
+    v = s.verify([fixed], np.stack([_rows(P), _rows(P)]), 10, None, [None])
+    assert v.expected == (pytest.approx(P[fixed]),)
+    greedy = ReplySampler(SamplingParams(temperature=0.0), 0)
+    assert greedy.verify([0], np.stack([_rows(P), _rows(P)]), 10).expected == ()
+
+
+def test_expected_acceptance_is_the_mean_of_the_outcomes_over_different_supports() -> None:
+    """Top-k keeps different tokens of the target and of the draft: the expectation is taken
+    over their union (a token only one of them may sample counts in its ratios), and it is
+    what acceptance averages to over seeds (the counts auto learns from stay unbiased).
+    Judged positions past the first carry theirs too."""
+    p = np.array([0.40, 0.25, 0.20, 0.10, 0.05])
+    q = np.array([0.05, 0.30, 0.35, 0.10, 0.20])
+    params = {"top_k": 3, "top_p": 1.0, "min_p": 0.0}
+    rows = np.stack([_rows(p)] * 3)
+    accepted, expected = np.zeros(2), np.zeros(2)
+    reached = np.zeros(2)
+    n = N_STAT // 4
+    for seed in range(n):
+        s = ReplySampler(SamplingParams(temperature=1.0, seed=seed, **params), seed)
+        rule = s.draft_rule(10)
+        d1, _, q1 = rule.choose(_rows(q))
+        d2, _, q2 = rule.choose(_rows(q))
+        v = s.verify([d1, d2], rows, 10, None, [q1, q2])
+        assert len(v.expected) == min(v.n_accepted + 1, 2)
+        for i, e in enumerate(v.expected):
+            reached[i] += 1
+            accepted[i] += v.n_accepted > i
+            expected[i] += e
+    exact = expected_acceptance(
+        *(ReplySampler(SamplingParams(temperature=1.0, **params), 0).draft_rule(0).choose(_rows(x))[2] for x in (p, q)),
+        0,
+    )
+    assert exact is not None and expected[0] / n == pytest.approx(exact)
+    for i in range(2):
+        a = expected[i] / reached[i]
+        assert abs(accepted[i] / reached[i] - a) < 4 * math.sqrt(a * (1 - a) / reached[i]), (i, accepted, expected)
+
+
+def test_expected_acceptance_is_not_computed_over_too_many_candidates() -> None:
+    """Filters off, a row's whole vocabulary are candidates: n x n ratios would not fit a step."""
+    s = ReplySampler(SamplingParams(temperature=1.0, **UNFILTERED), 0)
+    wide = np.linspace(0.0, 1.0, EXPECTED_MAX_CANDIDATES + 1).astype(np.float32)
+    _, _, dist = s.draft_rule(0).choose(wide)
+    assert dist is not None and expected_acceptance(dist, dist, 0) is None
+    v = s.verify([1], np.stack([wide, wide]), 0, None, [dist])
+    assert v.expected == (None,)
 
 
 def test_coupled_proposal_of_the_target_itself_is_always_accepted() -> None:

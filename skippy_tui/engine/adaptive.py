@@ -245,7 +245,9 @@ class _Counts:
             for i in range(len(lst)):
                 lst[i] *= f
 
-    def add(self, k: int, n_proposed: int, n_accepted: int) -> None:
+    def add(self, k: int, n_proposed: int, n_accepted: int, expected: Sequence[float | None] = ()) -> None:
+        """One judged proposal; ``expected[i]``: the probability that position ``i + 1`` was
+        accepted, counted instead of the outcome where known (the same mean, less noise)."""
         self.grow(k)
         for i in range(k):
             if n_proposed >= i:  # position i+1 was asked for, the draft had offered i
@@ -254,8 +256,8 @@ class _Counts:
                     self.offered[i] += 1
             if n_proposed > i and n_accepted >= i:  # position i+1 offered, tokens <= i accepted
                 self.reached[i] += 1
-                if n_accepted > i:
-                    self.accepted[i] += 1
+                e = expected[i] if i < len(expected) else None
+                self.accepted[i] += e if e is not None else float(n_accepted > i)
 
 
 def _run_lengths(
@@ -418,6 +420,7 @@ class AdaptiveK:
         sync_tokens: int | None = None,
         draft_calls_ms: Sequence[float] = (),
         cold: bool = False,
+        expected: Sequence[float | None] = (),
         **_: object,
     ) -> None:
         """Record one finished step (``k`` asked for, ``n_proposed`` offered, ``n_accepted`` kept).
@@ -429,19 +432,21 @@ class AdaptiveK:
         when the source times them (the first call is modelled apart). ``cold``: the
         reply's first step, which runs after the prompt's prefill (10-20 % slower than
         the steps after it): its times are kept only for what was never measured.
+        ``expected``: each judged position's probability of acceptance, when the
+        sampler knows it (:attr:`~.verify.Verdict.expected`), counted instead of the outcome.
         """
         batch = n_proposed + 1
         # only a size measured before says how fast the machine runs now: an interpolated or
         # extrapolated one is off by the table's shape (the prior slope), and that error,
         # taken for a slowdown, would rescale every cost, plain steps' included, for good
-        expected = self.verify.at(batch) if self.verify.count(batch) else None
-        if cold and expected and (k == 0 or self.draft_call.value is not None):
+        table_ms = self.verify.at(batch) if self.verify.count(batch) else None
+        if cold and table_ms and (k == 0 or self.draft_call.value is not None):
             # when drafting wins, a reply's plain steps are mostly its first (probes wait for
             # a synced draft): cold samples would make plain decoding look dearer than it is
-            self._count_step(k, n_proposed, n_accepted)
+            self._count_step(k, n_proposed, n_accepted, expected)
             return
-        if expected:
-            self.verify.speed.add(min(max(verify_ms / expected, 1e-3), 1e3))
+        if table_ms:
+            self.verify.speed.add(min(max(verify_ms / table_ms, 1e-3), 1e3))
         f = self.slowdown
         self.verify.add(batch, verify_ms / f)
         if step_ms is not None:
@@ -471,25 +476,25 @@ class AdaptiveK:
             # the steady sync: a catch-up after steps this source did not draft is C(b), not s
             if (sync_tokens is not None and sync_tokens <= 1) or (sync_tokens is None and self._prev_k > 0):
                 self.sync.add(sync_ms / f)
-        self._count_step(k, n_proposed, n_accepted)
+        self._count_step(k, n_proposed, n_accepted, expected)
 
-    def _count_step(self, k: int, n_proposed: int, n_accepted: int) -> None:
+    def _count_step(self, k: int, n_proposed: int, n_accepted: int, expected: Sequence[float | None] = ()) -> None:
         """What every observed step adds, its times aside: a drafted step's acceptance."""
         if k > 0:
             self._spec_steps += 1
-            self._count(k, n_proposed, n_accepted)
+            self._count(k, n_proposed, n_accepted, expected)
         self._prev_k = k
 
-    def _count(self, k: int, n_proposed: int, n_accepted: int) -> None:
+    def _count(self, k: int, n_proposed: int, n_accepted: int, expected: Sequence[float | None] = ()) -> None:
         """Add one judged proposal to the decayed acceptance counts (and, for a source that
         copies spans, to its run bucket's, then extend or end the run)."""
         self.counts.decay(self.decay)
-        self.counts.add(k, n_proposed, n_accepted)
+        self.counts.add(k, n_proposed, n_accepted, expected)
         if not self.runs:
             return
         for c in self.by_run:
             c.decay(self.decay)
-        self.by_run[run_bucket(self.run)].add(k, n_proposed, n_accepted)
+        self.by_run[run_bucket(self.run)].add(k, n_proposed, n_accepted, expected)
         # a step that found no match (``source = "ngram"`` with nothing to copy) ends the run too
         self.run = self.run + n_accepted if 0 < n_proposed <= n_accepted else 0
 

@@ -580,7 +580,7 @@ class Speculator:
             sync_ms=synced.ms, draft_ms=proposed.ms, verify_ms=verified.ms, step_ms=step_ms,
             rollback_ms=rollback_ms, cold=cold,
             sync_tokens=info.end - info.start if info.kind in ("extend", "truncate", "reset") else 0,
-            draft_calls_ms=proposed.proposal.call_ms,
+            draft_calls_ms=proposed.proposal.call_ms, expected=verified.verdict.expected,
         )  # fmt: skip
 
     def _verify_decode(self, batch: list[int], n_past: int) -> np.ndarray:
