@@ -341,6 +341,21 @@ def test_a_useless_ngram_source_leaves_the_steps_to_the_model_or_plain():
     assert sum(k == 0 for _, k in late) >= 0.8 * len(late), late
 
 
+@pytest.mark.parametrize("ngram_right", [True, False])
+def test_the_model_hands_a_copy_to_the_ngram_only_where_the_ngram_then_wins(ngram_right):
+    """A routed model's proposal stops where its tokens begin a copy only if the n-gram,
+    that far into a copy, is expected to beat the model's step; copies that do not go on
+    (a sampled chat's short quotes) cut the model's proposal for nothing."""
+    chooser = _chooser()
+    feed_sources(
+        chooser, 80, lambda i: 8 if i % 4 == 0 else 0, lambda b: 30.0 + 1.5 * (b - 1), 3.0,
+        {"ngram": (lambda k: k) if ngram_right else (lambda k: 0), "model": lambda k: k},
+    )  # fmt: skip
+    chooser.choose(8, 0)
+    assert chooser.ngram.measured and "model" in chooser.last
+    assert chooser.handoff_pays(32, 2) is ngram_right
+
+
 def test_without_a_match_the_model_drafts_and_without_a_model_the_ngram_does():
     chooser = _chooser()
     chosen = feed_sources(

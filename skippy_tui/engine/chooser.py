@@ -153,6 +153,23 @@ class SourceChooser:
         note = f"; {other} k={best[other][0]} est {best[other][1]:.1f}" if other is not None else ""
         return chosen, k, f"auto: {chosen} {why.removeprefix('auto: ')}{note}"
 
+    def handoff_pays(self, k_max_ngram: int, run: int) -> bool:
+        """Whether a model step should stop for the n-gram once its tokens begin a copy
+        (:data:`~.ngram.HANDOFF`): only if the n-gram, ``run`` tokens into a copy, is expected
+        to beat the model's best step (or is unmeasured, so that it gets measured). At
+        T = 0.8 a chat reply's short quotes rarely go on as copied: cut to one token, the
+        model's proposal was followed by another model step, not an n-gram one."""
+        model = self.last.get("model")
+        if model is None or not self.ngram.measured:
+            return True
+        keep = self.ngram.run
+        self.ngram.run = max(keep, run)
+        try:
+            rates = self.ngram.rates(k_max_ngram)
+        finally:
+            self.ngram.run = keep
+        return rates is not None and max(rates[1:], default=0.0) > model[1]
+
     def _going_against(self, rates: dict[str, list[float]]) -> float | None:
         """The going rate the steps on offer (``rates``: each source's expected tokens/s by
         k) are weighed against, or None while too few steps are in.

@@ -239,6 +239,7 @@ class AutoDrafter(CombinedDrafter):
     def __init__(self, ngram: NgramDrafter, model: ModelDrafter | None) -> None:
         super().__init__(ngram, model)  # type: ignore[arg-type]
         self.route: str | None = None  # None: as ngram+model
+        self.handoff = True  # a routed model's proposal may stop for the n-gram (see propose)
 
     @property
     def cache(self):  # the model's KV cache, for close()/abort()
@@ -282,7 +283,7 @@ class AutoDrafter(CombinedDrafter):
         """When a routed model's proposal stops for the n-gram (None: it does not; the
         index must hold ``context``, as :meth:`available` left it)."""
         index = self.ngram.index
-        if self.route != "model" or len(index) != len(context):
+        if self.route != "model" or not self.handoff or len(index) != len(context):
             return None
         return lambda tokens: index.copy_length_with(context, tokens) >= HANDOFF
 

@@ -51,7 +51,7 @@ from .invariance import Invariance
 from .kvcache import KvCache
 from .measurements import VerifyCosts
 from .native import Context, Model
-from .ngram import AutoDrafter, NgramDrafter, build_drafter
+from .ngram import HANDOFF, AutoDrafter, NgramDrafter, build_drafter
 from .sampling import PenaltyWindow
 from .settings import GenerationSettings, SpeculationSettings
 from .step import (
@@ -482,6 +482,9 @@ class Speculator:
             k_model = max(k_max, 0) if drafter.model is not None else 0
             source, k, why = self.k_policy.choose(k_model, len(offer), behind)
             drafter.route = source
+            # the model stops for the n-gram where a copy begins only if the n-gram would then win
+            run = max(HANDOFF - self._ngram.index.n_min, 0)
+            drafter.handoff = source == "model" and k > 0 and self.k_policy.handoff_pays(k_ngram, run)
             policy = self.k_policy.policy(source)
         elif k_max <= 0:
             return KChoice(0, "no room", policy)
