@@ -306,9 +306,10 @@ def feed_sources(
     return chosen
 
 
-def _chooser(with_model: bool = True) -> SourceChooser:
+def _chooser(with_model: bool = True, shadowed: bool = False) -> SourceChooser:
     costs = VerifyCosts()
-    return SourceChooser(AdaptiveK(costs) if with_model else None, AdaptiveK(costs))
+    ngram = AdaptiveK(costs, runs=True, draft_prior_ms=0.01 if shadowed else None)
+    return SourceChooser(AdaptiveK(costs) if with_model else None, ngram, shadowed=shadowed)
 
 
 def test_a_perfect_ngram_source_runs_long():
@@ -341,18 +342,20 @@ def test_a_useless_ngram_source_leaves_the_steps_to_the_model_or_plain():
     assert sum(k == 0 for _, k in late) >= 0.8 * len(late), late
 
 
+@pytest.mark.parametrize("shadowed", [False, True])
 @pytest.mark.parametrize("ngram_right", [True, False])
-def test_the_model_hands_a_copy_to_the_ngram_only_where_the_ngram_then_wins(ngram_right):
+def test_the_model_hands_a_copy_to_the_ngram_only_where_the_ngram_then_wins(ngram_right, shadowed):
     """A routed model's proposal stops where its tokens begin a copy only if the n-gram,
     that far into a copy, is expected to beat the model's step; copies that do not go on
-    (a sampled chat's short quotes) cut the model's proposal for nothing."""
-    chooser = _chooser()
+    (a sampled chat's short quotes) cut the model's proposal for nothing. A shadowed
+    n-gram, judged without steps of its own, is judged all the same."""
+    chooser = _chooser(shadowed=shadowed)
     feed_sources(
         chooser, 80, lambda i: 8 if i % 4 == 0 else 0, lambda b: 30.0 + 1.5 * (b - 1), 3.0,
         {"ngram": (lambda k: k) if ngram_right else (lambda k: 0), "model": lambda k: k},
     )  # fmt: skip
     chooser.choose(8, 0)
-    assert chooser.ngram.measured and "model" in chooser.last
+    assert chooser.ngram.judged and "model" in chooser.last
     assert chooser.handoff_pays(32, 2) is ngram_right
 
 
@@ -417,6 +420,24 @@ def test_the_chooser_explores_the_other_source():
     feed_sources(chooser, 80, lambda i: 8, lambda b: 30.0 + 1.5 * (b - 1), 3.0, accept)
     accept["ngram"] = lambda k: k  # the text turns into a copy
     chosen = feed_sources(chooser, 200, lambda i: 30, lambda b: 30.0 + 1.5 * (b - 1), 3.0, accept)
+    assert sum(s == "ngram" for s, _ in chosen[-40:]) >= 30, chosen[-40:]
+
+
+def test_a_shadowed_ngram_needs_no_steps_of_its_own():
+    """Where the n-gram's offer is judged on every step (greedy, the coupled sampler), a
+    useless n-gram gets no step once judged: not to be measured, not to be explored (each
+    was a 1-token step at a 4-token price). A text that turns into a copy is noticed from
+    the judged offers alone."""
+    accept = {"ngram": lambda k: 0, "model": lambda k: k}
+    verify = lambda b: 30.0 + 1.5 * (b - 1)  # noqa: E731
+    unshadowed = feed_sources(_chooser(), 160, lambda i: 8, verify, 3.0, accept)
+    assert sum(s == "ngram" and k > 0 for s, k in unshadowed) >= 3  # measured twice, explored
+    chooser = _chooser(shadowed=True)
+    chosen = feed_sources(chooser, 160, lambda i: 8, verify, 3.0, accept)
+    drafted = [i for i, (s, k) in enumerate(chosen) if s == "ngram" and k > 0]
+    assert len(drafted) <= 1 and all(i < 3 for i in drafted), chosen  # before any judged offer
+    accept["ngram"] = lambda k: k  # the text turns into a copy
+    chosen = feed_sources(chooser, 60, lambda i: 30, verify, 3.0, accept)
     assert sum(s == "ngram" for s, _ in chosen[-40:]) >= 30, chosen[-40:]
 
 

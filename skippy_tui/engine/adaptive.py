@@ -360,6 +360,7 @@ class AdaptiveK:
         warmup_k: int = 4,
         catchup_horizon: float = 4.0,
         runs: bool = False,
+        draft_prior_ms: float | None = None,
     ) -> None:
         self.verify = verify if verify is not None else VerifyCosts()
         self.probe_every = probe_every
@@ -369,6 +370,8 @@ class AdaptiveK:
         self.catchup_horizon = catchup_horizon
         # the source copies spans (n-gram): acceptance by position is a run-length model
         self.runs = runs
+        # ms a draft call is taken to cost until measured (an n-gram lookup: ~0); None: unknown
+        self.draft_prior_ms = draft_prior_ms
         self.streaks = Recent()  # drafted steps in a row after a catch-up, the last ones ended
         self._streak = 0
         self.draft_call = Recent()  # ms per call, the step's draft time over its calls
@@ -522,6 +525,12 @@ class AdaptiveK:
         return self._spec_steps >= EVIDENCE
 
     @property
+    def judged(self) -> bool:
+        """Whether any proposal of this source has been judged (its steps', or offers
+        judged on other steps: :meth:`observe_acceptance`)."""
+        return sum(self.counts.reached) > 0
+
+    @property
     def measured(self) -> bool:
         """True once the draft's cost has been measured (past the warm-up steps)."""
         return self._spec_steps >= 2
@@ -590,7 +599,7 @@ class AdaptiveK:
         ``behind``: tokens the draft must catch up on before it drafts; its
         catch-up is spread over ``horizon`` steps (default :attr:`horizon`).
         """
-        d = self.draft_call.value
+        d = self.draft_call.value if self.draft_call.value is not None else self.draft_prior_ms
         if d is None or self.verify.at(1) is None:
             return None
         f = self.slowdown

@@ -38,10 +38,12 @@ class SourceChooser:
     step's time (:func:`~.adaptive.net_gains`; the best expected tokens/s until the
     going rate is known), and that source's policy picks k, probing as it does alone.
 
-    A source not measured yet is measured first. Every ``explore_every`` steps the
-    other source gets a step (backing off to ``explore_max`` while it is clearly
-    worse, and for the model only within :data:`~.adaptive.PROBE_BUDGET` of its
-    catch-up over the n-gram's copies), so a source that became good is noticed.
+    A source not measured yet is measured first (the n-gram under ``shadowed`` only
+    until :meth:`shadow` has judged its offer). Every ``explore_every`` steps the
+    other source gets a step (never a shadowed n-gram: its offer is judged anyway;
+    backing off to ``explore_max`` while it is clearly worse, and for the model only
+    within :data:`~.adaptive.PROBE_BUDGET` of its catch-up over the n-gram's copies),
+    so a source that became good is noticed.
     The n-gram proposal is also judged on steps it did not make (:meth:`shadow`):
     its tokens are compared with the committed ones, which under greedy decoding
     and the coupled sampler are exactly what verification would have accepted.
@@ -49,10 +51,17 @@ class SourceChooser:
     """
 
     def __init__(
-        self, model: AdaptiveK | None, ngram: AdaptiveK, explore_every: int = 16, explore_max: int = 128
+        self,
+        model: AdaptiveK | None,
+        ngram: AdaptiveK,
+        explore_every: int = 16,
+        explore_max: int = 128,
+        shadowed: bool = False,
     ) -> None:
         self.model = model
         self.ngram = ngram
+        # the n-gram's offer is judged on every step (shadow): it needs no steps to be measured
+        self.shadowed = shadowed
         self.explore_every = explore_every
         self.explore_max = explore_max
         self._interval = explore_every
@@ -108,9 +117,10 @@ class SourceChooser:
         behind = {"model": model_behind, "ngram": 0}
         steps: dict[str, tuple[list[float], list[float]]] = {}
         for source, k_max in options.items():
-            st = self.policy(source).steps(k_max, behind[source])
-            if st is None or not self.policy(source).measured:
-                k, why = self.policy(source).choose(k_max, behind[source])  # measure it first
+            policy = self.policy(source)
+            st = policy.steps(k_max, behind[source])
+            if st is None or not (policy.measured or self._judged_free(source)):
+                k, why = policy.choose(k_max, behind[source])  # measure it first
                 return source, k, f"auto: {source} {why.removeprefix('auto: ')}"
             steps[source] = st
         rates = {s: [1000.0 * t / m for t, m in zip(*st)] for s, st in steps.items()}
@@ -136,6 +146,7 @@ class SourceChooser:
         self._since += 1
         if (
             other is not None
+            and not self._judged_free(other)
             and self._since >= self._interval
             and self._explore_pays(other, rates[other], options, behind, best)
         ):
@@ -160,7 +171,7 @@ class SourceChooser:
         T = 0.8 a chat reply's short quotes rarely go on as copied: cut to one token, the
         model's proposal was followed by another model step, not an n-gram one."""
         model = self.last.get("model")
-        if model is None or not self.ngram.measured:
+        if model is None or not (self.ngram.measured or self._judged_free("ngram")):
             return True
         keep = self.ngram.run
         self.ngram.run = max(keep, run)
@@ -169,6 +180,14 @@ class SourceChooser:
         finally:
             self.ngram.run = keep
         return rates is not None and max(rates[1:], default=0.0) > model[1]
+
+    def _judged_free(self, source: str) -> bool:
+        """Whether ``source``'s estimates need no steps of its own: the n-gram's, while
+        :meth:`shadow` judges its offer on every step (its draft costs nothing, the verify
+        costs are the target's) and has judged some. Its measuring and exploring steps
+        only repeated what the shadow had counted: at T = 0.8 on chat, where copies
+        rarely go on, each was a 1-token step at a 4-token price."""
+        return source == "ngram" and self.shadowed and self.ngram.judged
 
     def _going_against(self, rates: dict[str, list[float]]) -> float | None:
         """The going rate the steps on offer (``rates``: each source's expected tokens/s by

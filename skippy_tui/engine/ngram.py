@@ -39,6 +39,9 @@ NGRAM_MAX = 4
 NGRAM_MIN = 2
 UNLIMITED_ROOM = 1 << 30
 COPY_CAP = 16  # a copy this long is as good as any longer one (the run buckets end at 12 + NGRAM_MIN)
+NGRAM_LOOKUP_MS = 0.01
+"""What an n-gram proposal is taken to cost before its steps measure it (a dict lookup), ms."""
+
 HANDOFF = 4
 """Copy length at which ``auto``'s draft model stops its proposal: its own tokens have begun
 a copy of an earlier span, which the n-gram continues next step for almost nothing

@@ -51,7 +51,7 @@ from .invariance import Invariance
 from .kvcache import KvCache
 from .measurements import VerifyCosts
 from .native import Context, Model
-from .ngram import HANDOFF, AutoDrafter, NgramDrafter, build_drafter
+from .ngram import HANDOFF, NGRAM_LOOKUP_MS, AutoDrafter, NgramDrafter, build_drafter
 from .sampling import PenaltyWindow
 from .settings import GenerationSettings, SpeculationSettings
 from .step import (
@@ -180,14 +180,18 @@ class Speculator:
     def _chooser(self, model: AdaptiveK | None, ngram: AdaptiveK) -> SourceChooser:
         key = (self._mode, model is not None)
         if key not in self._choosers:
-            self._choosers[key] = SourceChooser(model, ngram)
+            # the n-gram's offer is judged on every step, except under rejection sampling
+            self._choosers[key] = SourceChooser(model, ngram, shadowed=self._mode != "rejection")
         return self._choosers[key]
 
     def _policy(self, source: str) -> AdaptiveK:
         key = (source, self._mode)
         if key not in self._policies:
             # an n-gram proposal is a copy: right for a run, then wrong (a run-length model)
-            self._policies[key] = AdaptiveK(self._verify_costs, runs=source == "ngram")
+            ngram = source == "ngram"
+            self._policies[key] = AdaptiveK(
+                self._verify_costs, runs=ngram, draft_prior_ms=NGRAM_LOOKUP_MS if ngram else None
+            )
         return self._policies[key]
 
     def reset_policies(self) -> None:
