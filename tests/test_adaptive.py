@@ -392,6 +392,20 @@ def test_a_copy_paused_at_an_edit_waits_for_the_copy_instead_of_calling_the_mode
     assert sum(s == "ngram" and k >= 8 for s, k in copies) >= 0.8 * len(copies), copies
 
 
+def test_a_chance_match_in_free_text_does_not_hold_the_reply_on_plain_steps():
+    """After a copy, free text where a 2-token match turns up every tenth step. A copy's
+    rate bounds the going rate for a few steps after its last match (it resumes after an
+    edit); a chance match is no copy: its rate, still high from the copy's counts, held
+    the going rate over the model's and the steps after each match went to plain."""
+    chooser = _chooser(shadowed=True)
+    verify = lambda b: 18.0 + 4.0 * (b - 1)  # noqa: E731
+    accept = {"ngram": lambda k: k, "model": lambda k: k}
+    feed_sources(chooser, 60, lambda i: 12, verify, 6.0, accept)
+    accept["ngram"] = lambda k: 0
+    chosen = feed_sources(chooser, 120, lambda i: 2 if i % 10 == 0 else 0, verify, 6.0, accept)
+    assert sum(k == 0 for _, k in chosen[20:]) <= 3, chosen[20:]  # the model policy's probes
+
+
 def test_a_reply_going_faster_than_its_estimates_keeps_drafting():
     """Free text, the model always right: the reply goes a little faster than the model's
     estimate (acceptance priors keep it under 100 %). Weighed against that going rate,
