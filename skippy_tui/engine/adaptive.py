@@ -535,16 +535,17 @@ class AdaptiveK:
         """True once the draft's cost has been measured (past the warm-up steps)."""
         return self._spec_steps >= 2
 
-    def acceptance(self, n: int) -> list[float]:
+    def acceptance(self, n: int, run: int | None = None) -> list[float]:
         """Estimated conditional acceptance ``a_1..a_n``: a run-length model for a source that
-        copies spans (:func:`_run_lengths`), else each unmeasured position like the one before."""
+        copies spans (:func:`_run_lengths`; ``run``: judged that far into a copy instead of
+        the current :attr:`run`), else each unmeasured position like the one before."""
         c = self.counts
         if not self.runs:
             return _smoothed(c.accepted, c.reached, n, 0.5, 1.0)
         # pooled rates are bucket 0's prior, each bucket's rates the next one's: a bucket
         # not seen yet is judged like the shorter runs before it, not like all matches
         first, later = _run_lengths(c.accepted, c.reached, 2, 0.5, 1.0)
-        for b in self.by_run[: run_bucket(self.run) + 1]:
+        for b in self.by_run[: run_bucket(self.run if run is None else run) + 1]:
             first, later = _run_lengths(b.accepted, b.reached, 2, first, RUN_PRIOR_WEIGHT, later_prior=later)
         return _geometric(first, later, n)
 
@@ -613,13 +614,15 @@ class AdaptiveK:
         verify = [(self.verify.at(b) or 0.0) * f for b in range(1, k_max + 2)]
         return Costs(verify, per_call * f, s * f, o * f, r * f, first * f if first is not None else None)
 
-    def rates(self, k_max: int, behind: int = 0, horizon: float | None = None) -> list[float] | None:
+    def rates(
+        self, k_max: int, behind: int = 0, horizon: float | None = None, run: int | None = None
+    ) -> list[float] | None:
         """Expected tokens/s for k = 0..k_max, or None before warm-up data exists (``behind``,
-        ``horizon``: see :meth:`costs`)."""
+        ``horizon``: see :meth:`costs`; ``run``: see :meth:`acceptance`)."""
         costs = self.costs(k_max, behind, horizon)
         if costs is None:
             return None
-        return expected_rates(k_max, self.acceptance(k_max), costs, self.offer(k_max))
+        return expected_rates(k_max, self.acceptance(k_max, run), costs, self.offer(k_max))
 
     def steps(self, k_max: int, behind: int = 0) -> tuple[list[float], list[float]] | None:
         """``(E(k), T(k))`` for k = 0..k_max (tokens, ms), or None before warm-up data exists."""

@@ -125,7 +125,7 @@ class SourceChooser:
         for source, k_max in options.items():
             policy = self.policy(source)
             st = policy.steps(k_max, behind[source])
-            if st is None or not (policy.measured or self._judged_free(source)):
+            if st is None or not self._known(source):
                 k, why = policy.choose(k_max, behind[source])  # measure it first
                 return source, k, f"auto: {source} {why.removeprefix('auto: ')}"
             steps[source] = st
@@ -179,15 +179,14 @@ class SourceChooser:
         T = 0.8 a chat reply's short quotes rarely go on as copied: cut to one token, the
         model's proposal was followed by another model step, not an n-gram one."""
         model = self.last.get("model")
-        if model is None or not (self.ngram.measured or self._judged_free("ngram")):
+        if model is None or not self._known("ngram"):
             return True
-        keep = self.ngram.run
-        self.ngram.run = max(keep, run)
-        try:
-            rates = self.ngram.rates(k_max_ngram)
-        finally:
-            self.ngram.run = keep
+        rates = self.ngram.rates(k_max_ngram, run=max(self.ngram.run, run))
         return rates is not None and max(rates[1:], default=0.0) > model[1]
+
+    def _known(self, source: str) -> bool:
+        """Whether ``source``'s estimates can be used: measured by its own steps, or judged free."""
+        return self.policy(source).measured or self._judged_free(source)
 
     def _judged_free(self, source: str) -> bool:
         """Whether ``source``'s estimates need no steps of its own: the n-gram's, while

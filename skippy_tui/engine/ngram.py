@@ -242,7 +242,9 @@ class AutoDrafter(CombinedDrafter):
     def __init__(self, ngram: NgramDrafter, model: ModelDrafter | None) -> None:
         super().__init__(ngram, model)  # type: ignore[arg-type]
         self.route: str | None = None  # None: as ngram+model
-        self.handoff = True  # a routed model's proposal may stop for the n-gram (see propose)
+        # whether a routed model's proposal may stop for the n-gram, asked once a copy begins
+        # (None: always); see propose
+        self.handoff: Callable[[], bool] | None = None
 
     @property
     def cache(self):  # the model's KV cache, for close()/abort()
@@ -286,9 +288,18 @@ class AutoDrafter(CombinedDrafter):
         """When a routed model's proposal stops for the n-gram (None: it does not; the
         index must hold ``context``, as :meth:`available` left it)."""
         index = self.ngram.index
-        if self.route != "model" or not self.handoff or len(index) != len(context):
+        if self.route != "model" or len(index) != len(context):
             return None
-        return lambda tokens: index.copy_length_with(context, tokens) >= HANDOFF
+        gate, verdict = self.handoff, []  # the gate is asked at most once, when a copy begins
+
+        def stop(tokens: Sequence[int]) -> bool:
+            if index.copy_length_with(context, tokens) < HANDOFF:
+                return False
+            if not verdict:
+                verdict.append(gate is None or gate())
+            return verdict[0]
+
+        return stop
 
     def reset(self) -> None:
         self.ngram.reset()

@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 
@@ -487,8 +488,9 @@ class Speculator:
             source, k, why = self.k_policy.choose(k_model, len(offer), behind)
             drafter.route = source
             # the model stops for the n-gram where a copy begins only if the n-gram would then win
+            # (asked only when a copy begins: most proposals never do)
             run = max(HANDOFF - self._ngram.index.n_min, 0)
-            drafter.handoff = source == "model" and k > 0 and self.k_policy.handoff_pays(k_ngram, run)
+            drafter.handoff = partial(self.k_policy.handoff_pays, k_ngram, run)
             policy = self.k_policy.policy(source)
         elif k_max <= 0:
             return KChoice(0, "no room", policy)
@@ -575,7 +577,7 @@ class Speculator:
         )  # fmt: skip
         if isinstance(self.k_policy, SourceChooser):
             self.k_policy.record(len(committed.tokens), step_ms)  # the going rate (what any step made)
-            if self._mode != "rejection":
+            if self.k_policy.shadowed:
                 # the n-gram's offer, judged against what was committed: free acceptance data
                 proposed_by = proposed.proposal.source if n_proposed else "none"
                 self.k_policy.shadow(proposed_by, step.choice.ngram_offer, committed.tokens[: committed.n_looked])
