@@ -10,6 +10,7 @@ import pytest
 from helpers import Run, assert_verified_in_batches, load, restore, user
 
 from skippy_tui.config import Config, ConfigError
+from skippy_tui.engine import chooser as chooser_module
 from skippy_tui.engine.adaptive import (
     AdaptiveK,
     Costs,
@@ -20,7 +21,7 @@ from skippy_tui.engine.adaptive import (
     expected_tokens,
     net_gains,
 )
-from skippy_tui.engine.chooser import SourceChooser
+from skippy_tui.engine.chooser import PAUSE_BREAKS, SourceChooser
 from skippy_tui.engine.errors import BoundsError
 from skippy_tui.engine.measurements import VerifyCosts
 from skippy_tui.engine.sampling import SamplingParams
@@ -298,10 +299,13 @@ def feed_sources(
             k=k, n_proposed=k, n_accepted=n_acc, sync_ms=sync_ms, draft_ms=draft_ms, verify_ms=verify_ms
         )
         chooser.record(n_acc + 1, sync_ms + draft_ms + verify_ms)  # as the speculator does after each step
+        if source == "ngram" and k:
+            chooser.copy_judged(k, n_acc)
         # the n-gram proposal judged against the committed tokens: it matches accept["ngram"] of them
         n_new = n_acc + 1
         matched = min(accept["ngram"](min(available(i), n_new)), n_new)
-        chooser.shadow(source, [1] * min(available(i), n_new), [1] * matched + [2] * (n_new - matched))
+        proposed_by = source if k else "none"  # a plain step proposed nothing, whoever chose it
+        chooser.shadow(proposed_by, [1] * min(available(i), n_new), [1] * matched + [2] * (n_new - matched))
         chosen.append((source, k))
     return chosen
 
@@ -404,6 +408,32 @@ def test_a_chance_match_in_free_text_does_not_hold_the_reply_on_plain_steps():
     accept["ngram"] = lambda k: 0
     chosen = feed_sources(chooser, 120, lambda i: 2 if i % 10 == 0 else 0, verify, 6.0, accept)
     assert sum(k == 0 for _, k in chosen[20:]) <= 3, chosen[20:]  # the model policy's probes
+
+
+@pytest.mark.parametrize("breaks", [PAUSE_BREAKS, 99])
+def test_a_copy_that_breaks_again_after_its_pause_is_not_waited_for(breaks, monkeypatch):
+    """A sampled rewrite that turned into a paraphrase: a short copy, an edit (the n-gram's
+    offer is wrong), two steps without a match, a match that is wrong too, then free
+    text. The copy's rate bounded the going rate for 8 steps after its last match, so the
+    free text went to plain steps while the model made more; the second break ends the
+    bound (``breaks=99``: as before, the wait)."""
+    monkeypatch.setattr(chooser_module, "PAUSE_BREAKS", breaks)
+    chooser = _chooser(shadowed=True)
+    verify = lambda b: 18.0 + 4.0 * (b - 1)  # noqa: E731
+    right = {"ngram": lambda k: k, "model": lambda k: k}
+    feed_sources(chooser, 40, lambda i: 12, verify, 6.0, right)
+    free_text = []
+    for _ in range(6):
+        feed_sources(chooser, 2, lambda i: 12, verify, 6.0, right)  # the copy goes on
+        feed_sources(chooser, 1, lambda i: 12, verify, 6.0, right | {"ngram": lambda k: 0})  # an edit
+        feed_sources(chooser, 2, lambda i: 0, verify, 6.0, right)
+        feed_sources(chooser, 1, lambda i: 12, verify, 6.0, right | {"ngram": lambda k: 0})  # no copy resumes
+        free_text += feed_sources(chooser, 5, lambda i: 0, verify, 6.0, right)
+    plain = sum(k == 0 for _, k in free_text)
+    if breaks == PAUSE_BREAKS:
+        assert plain <= 3, free_text  # the model policy's probes
+    else:
+        assert plain >= 15, free_text
 
 
 def test_a_reply_going_faster_than_its_estimates_keeps_drafting():

@@ -28,6 +28,13 @@ its match to be a copy in progress. At T = 0.8 a chance 2-token match in free te
 tok/s on offer for one step) held the going rate above the draft model's rate, and the
 reply took six plain steps at 39 tok/s while the model made 52."""
 
+PAUSE_BREAKS = 2
+"""Judged n-gram offers not taken whole after which a paused copy is taken not to resume:
+the first is the edit that paused it. A sampled rewrite that turned into a paraphrase
+still matched its source now and then, each match broke at once, and the reply waited on
+plain steps for a copy that never came back (seven in a row, at 39 tok/s while the draft
+model made 54)."""
+
 
 class SourceChooser:
     """``source = "auto"`` with ``n_draft = "auto"``: per step, plain decoding, the
@@ -75,12 +82,14 @@ class SourceChooser:
         self.last: dict[str, tuple[int, float]] = {}  # source -> (best k, its expected tok/s)
         self._tokens = self._ms = self._steps = 0.0  # decayed sums over recent steps of any source
         self._ngram_rate, self._ngram_age = 0.0, NGRAM_RECENT + 1  # its best expected rate at its last match
+        self._breaks = 0  # offers of the n-gram not taken whole since then
 
     def new_reply(self) -> None:
         """A reply starts: the going rate is measured afresh (a copy's rate says nothing of
         the free text that may follow it). The speculator ends every policy's run itself."""
         self._tokens = self._ms = self._steps = 0.0
         self._ngram_age = NGRAM_RECENT + 1
+        self._breaks = 0
 
     def record(self, tokens: int, ms: float) -> None:
         """One finished step of any source (or plain): ``tokens`` committed in ``ms``."""
@@ -135,7 +144,7 @@ class SourceChooser:
         if "ngram" in best and self.ngram.run >= COPY_RUN:
             # a copy's rate bounds the going rate for a few steps after its last match (an edit
             # pauses it); a match in free text is no copy that will resume
-            self._ngram_rate, self._ngram_age = best["ngram"][1], 0
+            self._ngram_rate, self._ngram_age, self._breaks = best["ngram"][1], 0, 0
         else:
             self._ngram_age += 1
         chosen = max(best, key=lambda s: best[s][1])
@@ -228,6 +237,15 @@ class SourceChooser:
         k = best_k(rates[1:]) + 1 if len(rates) > 1 else 0
         return policy.affordable(options[other], k, behind[other], max(r for _, r in best.values()))
 
+    def copy_judged(self, n_offered: int, n_accepted: int) -> None:
+        """An n-gram offer was judged (its own step's, or :meth:`shadow`): ``n_accepted`` of
+        ``n_offered`` tokens were right. The second one not taken whole since a copy's last
+        match (:data:`PAUSE_BREAKS`) ends that copy's bound on the going rate."""
+        if 0 <= n_accepted < n_offered and self._ngram_age <= NGRAM_RECENT:
+            self._breaks += 1
+            if self._breaks >= PAUSE_BREAKS:
+                self._ngram_age = NGRAM_RECENT + 1
+
     def shadow(self, source: str, proposal: Sequence[int], committed: Sequence[int]) -> None:
         """After a step of ``source``: judge the n-gram ``proposal`` it did not make
         against the tokens the step ``committed``."""
@@ -237,3 +255,4 @@ class SourceChooser:
             while n < m and proposal[n] == committed[n]:
                 n += 1
             self.ngram.observe_acceptance(m, n)
+            self.copy_judged(m, n)

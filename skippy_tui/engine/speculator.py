@@ -577,9 +577,11 @@ class Speculator:
         )  # fmt: skip
         if isinstance(self.k_policy, SourceChooser):
             self.k_policy.record(len(committed.tokens), step_ms)  # the going rate (what any step made)
-            if self.k_policy.shadowed:
+            proposed_by = proposed.proposal.source if n_proposed else "none"
+            if proposed_by == "ngram":
+                self.k_policy.copy_judged(n_proposed, committed.n_accepted)
+            elif self.k_policy.shadowed:
                 # the n-gram's offer, judged against what was committed: free acceptance data
-                proposed_by = proposed.proposal.source if n_proposed else "none"
                 self.k_policy.shadow(proposed_by, step.choice.ngram_offer, committed.tokens[: committed.n_looked])
         info = synced.info
         # a proposal the n-gram took over from (a hand-off) offered all it was let offer
