@@ -158,7 +158,8 @@ def render_text(report: dict[str, Any]) -> str:
             f"  default (auto source, auto k) >= {GOAL_DEFAULT} x best other method and >= plain: "
             f"{_yes(g['default_met'])}  "
             + "  ".join(
-                f"{p} {_fmt(v['ratio'], '.2f')} of {v['best_other']}, {_fmt(v['ratio_to_plain'], '.2f')}x plain"
+                f"{p} {_fmt(v['ratio'], '.2f')} of {v['best_other']} (paired {_fmt(v.get('paired_ratio'), '.2f')}), "
+                f"{_fmt(v['ratio_to_plain'], '.2f')}x plain"
                 for p, v in g["default_vs_best"].items()
             )
         )

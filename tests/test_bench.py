@@ -102,7 +102,8 @@ def test_summary_goals_and_medians():
     assert g["ngram_rewrite_vs_plain"] == {"rewrite-typos": {"ratio": 2.0, "met": True}}
     # the default against the best of every other method (and plain)
     assert g["default_vs_best"]["chat"] == {
-        "ratio": round(23.5 / 24, 3), "best_other": "k=2", "ratio_to_plain": round(23.5 / 20, 3), "met": True
+        "ratio": round(23.5 / 24, 3), "best_other": "k=2", "paired_ratio": round(23.5 / 24, 3),
+        "ratio_to_plain": round(23.5 / 20, 3), "met": True,
     }  # fmt: skip
     assert g["default_vs_best"]["rewrite-typos"]["best_other"] == "ngram"
     assert g["default_vs_best"]["rewrite-typos"]["met"] is False and g["default_met"] is False
@@ -392,3 +393,15 @@ def test_a_k_the_batch_cannot_hold_is_a_usage_error_before_any_load(capsys) -> N
     err = capsys.readouterr().err
     assert "--k 600" in err and "n_batch = 512" in err and "601" in err
     assert "loading" not in err  # refused before any weights were read
+
+
+def test_the_paired_ratio_compares_methods_on_the_same_replies():
+    """Sampled replies to a rewrite: one follows its source (fast), the others paraphrase
+    it. Each method's median lands on its middle reply; the paired ratio is the median of
+    the per-repeat ratios (same seed, same reply)."""
+    same = (1, 2, 3)
+    mine = Cell([_run(150, same), _run(60, same), _run(50, same)])
+    other = Cell([_run(160, same), _run(66, same), _run(40, same)])
+    assert mine.tokens_per_second / other.tokens_per_second == pytest.approx(60 / 66)
+    assert mine.paired_ratio(other) == pytest.approx(150 / 160)
+    assert Cell([]).paired_ratio(other) is None
