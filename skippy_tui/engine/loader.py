@@ -22,6 +22,7 @@ from .errors import CancelledError, ModelFileError
 from .gguf_info import ModelInfo, cached_model_info
 from .invariance import cached_probe, probe_rows
 from .native import Context, LoadParams, Model
+from .repack import repack_crash
 from .settings import ModelSpec, SpeculationSettings, validate_load_params
 from .speculator import Speculator
 
@@ -128,7 +129,16 @@ def load_speculator(spec: EngineSpec, progress: Progress = _noop, cancelled: Cal
         if cancelled():
             raise CancelledError("model load cancelled")
 
+    notes: list[str] = []
+
     def load_model(path: Path, params: LoadParams, stage: str) -> Model:
+        if params.repack:
+            progress(f"{stage}: trying CPU weight repacking", 0.0)
+            crash = repack_crash(path, params, spec.cache_dir)
+            checkpoint()
+            if crash:
+                notes.append(crash)
+                params = dataclasses.replace(params, repack=False)
         try:
             return Model(path, params, lambda f: _report(progress, stage, f, cancelled))
         except ModelFileError:
@@ -170,7 +180,8 @@ def load_speculator(spec: EngineSpec, progress: Progress = _noop, cancelled: Cal
     speculator = Speculator(t_model, t_ctx, template, drafter, speculation, t_info, d_info)
     speculator.no_rollback = no_rollback
     if speculator.n_ctx != spec.target.load.n_ctx:  # llama.cpp pads the KV cache
-        speculator.load_note = f"llama.cpp rounded n_ctx {spec.target.load.n_ctx} to {speculator.n_ctx} tokens"
+        notes.append(f"llama.cpp rounded n_ctx {spec.target.load.n_ctx} to {speculator.n_ctx} tokens")
+    speculator.load_note = "; ".join(notes)
     if spec.speculation.exact:
         rows, load, cache = probe_rows(spec.speculation.k_limit), spec.target.load, spec.cache_dir
         speculator.exactness_probe = lambda: cached_probe(t_ctx, rows, load, cache)

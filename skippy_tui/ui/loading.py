@@ -131,7 +131,7 @@ class LoadingMixin:
             self._loaded(worker.result)
             self.notify("Models loaded. Type a message and press Enter.", timeout=4)
             if worker.result.load_note:
-                self.notify(worker.result.load_note + ".", title="Context window", timeout=8)
+                self.notify(worker.result.load_note + ".", title="Models loaded", timeout=8)
             inv = worker.result.invariance
             if inv is not None and inv.note and worker.result.drafter is not None:
                 self.notify(inv.note, title="Verification is row by row", severity="warning", timeout=15)
