@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -23,8 +24,17 @@ def test_a_child_killed_by_a_signal_turns_repacking_off_and_is_remembered(smollm
     def no_child(*a, **kw):
         raise AssertionError("the verdict is cached")
 
-    monkeypatch.setattr(subprocess, "run", no_child)
+    monkeypatch.setattr(subprocess, "Popen", no_child)
     assert repack_crash(smollm2_q4_1, LoadParams(threads=2, repack=True), tmp_path) == note
+
+
+def test_a_quit_during_the_child_stops_it_at_once(smollm2_q4_1, tmp_path, monkeypatch):
+    monkeypatch.setattr(repack, "_CHILD", "import time; time.sleep(30)")
+    t = time.monotonic()
+    calls = []
+    note = repack_crash(smollm2_q4_1, LoadParams(repack=True), tmp_path, lambda: calls.append(1) or len(calls) > 5)
+    assert note == "" and time.monotonic() - t < 5.0
+    assert not list(tmp_path.rglob("*.json"))  # a cancelled probe is no verdict
 
 
 @pytest.mark.parametrize("child", ["pass", "raise SystemExit(3)"])

@@ -134,7 +134,7 @@ def load_speculator(spec: EngineSpec, progress: Progress = _noop, cancelled: Cal
     def load_model(path: Path, params: LoadParams, stage: str) -> Model:
         if params.repack:
             progress(f"{stage}: trying CPU weight repacking", 0.0)
-            crash = repack_crash(path, params, spec.cache_dir)
+            crash = repack_crash(path, params, spec.cache_dir, cancelled)
             checkpoint()
             if crash:
                 notes.append(crash)

@@ -17,6 +17,8 @@ import json
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .invariance import cpu_model
@@ -42,14 +44,17 @@ with Model(Path(sys.argv[1]), params) as model:
 """
 
 
-def repack_crash(path: Path, params: LoadParams, cache_dir: Path | None) -> str:
+def repack_crash(
+    path: Path, params: LoadParams, cache_dir: Path | None, cancelled: Callable[[], bool] = lambda: False
+) -> str:
     """Why ``path`` must load without CPU weight repacking here, or ``""``.
 
     ``params`` are the model's load settings (``repack`` on). The child loads the model
     with a 64-token context and decodes 8 tokens (seconds for a small model; once per
     model, build and CPU when ``cache_dir`` is given). Only a child killed by a signal
     counts: a file llama.cpp refuses, a timeout or any other failure is left to the real
-    load to report.
+    load to report. ``cancelled`` is polled while the child runs (a quit during the load
+    stops it at once); a cancelled probe returns ``""`` and is not cached.
     """
     probe = dataclasses.replace(params, n_ctx=64, n_batch=64, n_ubatch=64, repack=True)
     key = (probe.n_gpu_layers, probe.device, probe.flash_attn, probe.threads, probe.rpc)
@@ -57,17 +62,21 @@ def repack_crash(path: Path, params: LoadParams, cache_dir: Path | None) -> str:
     cached = read_entry(entry) if entry is not None else None
     if isinstance(cached, dict) and isinstance(cached.get("crash"), str):
         return cached["crash"]
+    args = [sys.executable, "-c", _CHILD, str(path), json.dumps(dataclasses.asdict(probe))]
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", _CHILD, str(path), json.dumps(dataclasses.asdict(probe))],
-            capture_output=True,
-            timeout=CHILD_TIMEOUT_S,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        child = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:
         return ""
+    deadline = time.monotonic() + CHILD_TIMEOUT_S
+    while (rc := child.poll()) is None:
+        if cancelled() or time.monotonic() > deadline:
+            child.kill()
+            child.wait()
+            return ""
+        time.sleep(0.02)
     crash = ""
-    if done.returncode < 0:
-        name = signal.Signals(-done.returncode).name if -done.returncode in signal.valid_signals() else "a signal"
+    if rc < 0:
+        name = signal.Signals(-rc).name if -rc in signal.valid_signals() else "a signal"
         crash = (
             f"CPU weight repacking is off for {path.name}: with it llama.cpp was killed by {name} "
             "on this machine (e.g. a VM that reports AMX but does not let a process use it)"
