@@ -241,7 +241,7 @@ class SourceChooser:
         """An n-gram offer was judged (its own step's, or :meth:`shadow`): ``n_accepted`` of
         ``n_offered`` tokens were right. The second one not taken whole since a copy's last
         match (:data:`PAUSE_BREAKS`) ends that copy's bound on the going rate."""
-        if 0 <= n_accepted < n_offered and self._ngram_age <= NGRAM_RECENT:
+        if n_accepted < n_offered and self._ngram_age <= NGRAM_RECENT:
             self._breaks += 1
             if self._breaks >= PAUSE_BREAKS:
                 self._ngram_age = NGRAM_RECENT + 1
