@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .engine.sampling import MAX_SEED
@@ -54,6 +54,9 @@ class RunResult:
     error: str = ""
     draft_prefill_ms: float = 0.0
     seed: int | None = None
+    by_source: dict[str, list[float]] = field(default_factory=dict)
+    """Per step kind (``model``, ``ngram``, ``plain``): [steps, tokens committed, ms of
+    sync + draft + verify]."""
 
     def acceptance(self) -> AcceptanceStats:
         """This run's acceptance counts as the engine's accumulator (timings left at 0)."""
@@ -81,6 +84,7 @@ def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunRes
     prev_k = 0
     finish = None
     draft_prefill_ms = 0.0
+    by_source: dict[str, list[float]] = {}
     for ev in speculator.run(messages, gen):
         if ev.type == "reply_started":
             draft_prefill_ms = ev.draft_prefill_ms  # the draft's prompt fill, outside generation time
@@ -89,6 +93,10 @@ def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunRes
             ks.append(ev.k)
             acc.add_step(m, ev.n_accepted, 0, step_ms=0.0)  # only the counts are used
             verify.setdefault(m + 1, []).append(ev.verify_ms)
+            kind = by_source.setdefault(step_kind(ev.k, ev.draft_source), [0, 0, 0.0])
+            kind[0] += 1
+            kind[1] += ev.n_committed
+            kind[2] += ev.sync_ms + ev.draft_ms + ev.verify_ms
             if ev.k > 0:
                 draft_ms += ev.draft_ms
                 calls.append(ev.draft_ms / max(1, min(ev.k, m + 1)))
@@ -117,7 +125,13 @@ def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunRes
         error=finish.error,
         draft_prefill_ms=draft_prefill_ms,
         seed=finish.seed,
+        by_source=by_source,
     )
+
+
+def step_kind(k: int, draft_source: str) -> str:
+    """``plain`` for a step without a proposal, else what proposed (``model``, ``ngram``)."""
+    return "plain" if k == 0 else draft_source or "model"
 
 
 def messages_for(prompt: str, system: str = "") -> list[dict[str, str]]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from .bench_core import fmt as _fmt
 from .bench_stats import GOAL_ACCEPTANCE, GOAL_BEST_FIXED, GOAL_DEFAULT
-from .bench_suite import PENALTIES_OFF, SHORT
+from .bench_suite import DEFAULT, PENALTIES_OFF, SHORT
 
 
 def render_identity(report: dict[str, Any]) -> str:
@@ -108,6 +108,12 @@ def render_text(report: dict[str, Any]) -> str:
     for p, row in report["results"].items():
         parts = [f"{m} {row[m]['mean_k']:.1f}, {row[m]['plain_step_share']:.0%}" for m in ("auto", "ngram") if m in row]
         lines.append(f"  {p:<{w}}" + ";  ".join(parts))
+    if any(DEFAULT in row for row in report["results"].values()):
+        lines += ["", f"{DEFAULT}'s steps by kind (tokens/s of its sync + draft + verify, share of that time)"]
+        for p, row in report["results"].items():
+            kinds = row.get(DEFAULT, {}).get("by_source", {})
+            rates = {k: (_fmt(d["tokens_per_second"], ".1f"), _fmt(d["time_share"], ".0%")) for k, d in kinds.items()}
+            lines.append(f"  {p:<{w}}" + ",  ".join(f"{k} {r} ({share})" for k, (r, share) in rates.items()))
     lines += ["", "token-identical to plain " + ("(greedy)" if meta["greedy"] else "(same seed per repeat)")]
     for p, row in report["results"].items():
         lines.append(f"  {p:<{w}}" + _identity_line(row, methods, meta["greedy"]))

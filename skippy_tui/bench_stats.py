@@ -72,6 +72,27 @@ class Cell:
         diffs = [d for d in diffs if d is not None]
         return min(diffs) if diffs else None
 
+    def by_source(self) -> dict[str, dict[str, float]]:
+        """Per step kind (``model``, ``ngram``, ``plain``), pooled over the runs: ``steps``,
+        ``tokens`` (committed), ``ms`` (sync + draft + verify; the per-step overhead left
+        out), ``tokens_per_second`` and ``time_share`` (of all kinds' ms)."""
+        pooled: dict[str, list[float]] = {}
+        for r in self.runs:
+            for kind, (steps, tokens, ms) in r.by_source.items():
+                acc = pooled.setdefault(kind, [0, 0, 0.0])
+                acc[0], acc[1], acc[2] = acc[0] + steps, acc[1] + tokens, acc[2] + ms
+        total = sum(ms for _, _, ms in pooled.values())
+        return {
+            kind: {
+                "steps": int(steps),
+                "tokens": int(tokens),
+                "ms": round(ms, 1),
+                "tokens_per_second": round(1000.0 * tokens / ms, 1) if ms > 0 else None,
+                "time_share": round(ms / total, 3) if total > 0 else None,
+            }
+            for kind, (steps, tokens, ms) in sorted(pooled.items())
+        }
+
     def summary(self, plain: Cell | None) -> dict[str, Any]:
         runs = self.runs
         acc = self.acceptance()
@@ -96,6 +117,7 @@ class Cell:
             "draft_prefill_ms": round(statistics.median(r.draft_prefill_ms for r in runs), 1) if runs else 0.0,
             "mean_k": round(sum(ks) / len(ks), 2) if ks else 0.0,
             "plain_step_share": round(sum(1 for k in ks if k == 0) / len(ks), 3) if ks else 0.0,
+            "by_source": self.by_source(),
             "identical_to_plain": identical,
             "first_difference": first,
             "errors": sorted({r.error for r in runs if r.reason == "error"}),

@@ -45,6 +45,14 @@ def test_bench_json_end_to_end(capsys):
     assert set(goals["ngram_rewrite_vs_plain"]) == {"rewrite-replace"}
     assert "rewrite-replace" in goals["adaptive_vs_best"]
     assert goals["default_vs_best"]["rewrite-replace"]["best_other"] in row
+    # each method's steps by kind add up to its reply: plain's are all plain, k=2's all the model's
+    for name, r in row.items():
+        kinds = r["by_source"]
+        assert sum(d["tokens"] for d in kinds.values()) == 8, name
+        assert sum(d["time_share"] for d in kinds.values()) == pytest.approx(1.0, abs=0.01), name
+    assert set(row["plain"]["by_source"]) == {"plain"} and row["plain"]["by_source"]["plain"]["steps"] == 8
+    assert set(row["k=2"]["by_source"]) <= {"model", "plain"} and "model" in row["k=2"]["by_source"]
+    assert set(row["ngram"]["by_source"]) <= {"ngram", "plain"}
 
 
 def test_bench_text_with_progress_and_no_draft(capsys):
@@ -52,6 +60,7 @@ def test_bench_text_with_progress_and_no_draft(capsys):
     assert rc == 0
     out = capsys.readouterr()
     assert "(ratio to plain)" in out.out and "ngram" in out.out and "k=2" not in out.out
+    assert "default's steps by kind" in out.out and "  chat" in out.out.split("default's steps by kind")[1]
     # warm-up + measured, per method: plain, ngram and the default (auto: n-gram or plain)
     assert "1/6 warm-up plain" in out.err and "6/6 chat default" in out.err
 
@@ -393,6 +402,18 @@ def test_a_k_the_batch_cannot_hold_is_a_usage_error_before_any_load(capsys) -> N
     err = capsys.readouterr().err
     assert "--k 600" in err and "n_batch = 512" in err and "601" in err
     assert "loading" not in err  # refused before any weights were read
+
+
+def test_steps_by_kind_are_pooled_over_the_runs():
+    """Tokens/s per step kind is pooled (tokens over ms of all runs), not a mean of the
+    runs' rates: a long run's steps weigh as much as they took."""
+    a, b = _run(50.0, (1, 2, 3)), _run(60.0, (1, 2, 3))
+    a.by_source = {"model": [2, 10, 200.0], "plain": [4, 4, 100.0]}
+    b.by_source = {"model": [1, 2, 100.0], "ngram": [3, 12, 100.0]}
+    kinds = Cell(runs=[a, b]).by_source()
+    assert kinds["model"] == {"steps": 3, "tokens": 12, "ms": 300.0, "tokens_per_second": 40.0, "time_share": 0.6}
+    assert kinds["plain"]["tokens_per_second"] == 40.0 and kinds["ngram"]["tokens_per_second"] == 120.0
+    assert kinds["ngram"]["time_share"] == 0.2
 
 
 def test_the_paired_ratio_compares_methods_on_the_same_replies():
