@@ -55,8 +55,8 @@ class RunResult:
     draft_prefill_ms: float = 0.0
     seed: int | None = None
     by_source: dict[str, list[float]] = field(default_factory=dict)
-    """Per step kind (``model``, ``ngram``, ``plain``): [steps, tokens committed, ms of
-    sync + draft + verify]."""
+    """Per step kind (``model``, ``ngram``: what proposed; ``plain``: nothing did): [steps,
+    tokens committed, ms of sync + draft + verify]."""
 
     def acceptance(self) -> AcceptanceStats:
         """This run's acceptance counts as the engine's accumulator (timings left at 0)."""
@@ -93,7 +93,8 @@ def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunRes
             ks.append(ev.k)
             acc.add_step(m, ev.n_accepted, 0, step_ms=0.0)  # only the counts are used
             verify.setdefault(m + 1, []).append(ev.verify_ms)
-            kind = by_source.setdefault(step_kind(ev.k, ev.draft_source), [0, 0, 0.0])
+            # what proposed; a step with no proposal (k = 0, or no n-gram match) is a plain one
+            kind = by_source.setdefault(ev.draft_source or "plain", [0, 0, 0.0])
             kind[0] += 1
             kind[1] += ev.n_committed
             kind[2] += ev.sync_ms + ev.draft_ms + ev.verify_ms
@@ -127,11 +128,6 @@ def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunRes
         seed=finish.seed,
         by_source=by_source,
     )
-
-
-def step_kind(k: int, draft_source: str) -> str:
-    """``plain`` for a step without a proposal, else what proposed (``model``, ``ngram``)."""
-    return "plain" if k == 0 else draft_source or "model"
 
 
 def messages_for(prompt: str, system: str = "") -> list[dict[str, str]]:

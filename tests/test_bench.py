@@ -60,7 +60,9 @@ def test_bench_text_with_progress_and_no_draft(capsys):
     assert rc == 0
     out = capsys.readouterr()
     assert "(ratio to plain)" in out.out and "ngram" in out.out and "k=2" not in out.out
-    assert "default's steps by kind" in out.out and "  chat" in out.out.split("default's steps by kind")[1]
+    kinds = out.out.split("default's steps by kind")[1].split("\n")[1]
+    # no draft model: a step whose n-gram found nothing to propose is a plain one
+    assert kinds.lstrip().startswith("chat") and "plain" in kinds and "model" not in kinds, kinds
     # warm-up + measured, per method: plain, ngram and the default (auto: n-gram or plain)
     assert "1/6 warm-up plain" in out.err and "6/6 chat default" in out.err
 
@@ -402,6 +404,18 @@ def test_a_k_the_batch_cannot_hold_is_a_usage_error_before_any_load(capsys) -> N
     err = capsys.readouterr().err
     assert "--k 600" in err and "n_batch = 512" in err and "601" in err
     assert "loading" not in err  # refused before any weights were read
+
+
+def test_a_step_without_a_proposal_is_a_plain_one(capsys):
+    """The n-gram alone finds nothing to copy in a chat reply's first tokens: its steps,
+    though k > 0, proposed nothing and are plain ones, not the (absent) model's."""
+    rc = main(["bench", "--prompts", "chat", "--repeats", "1", "--max-tokens", "4", "--k", "2",
+               "--json", "--no-progress", "--no-warmup"])  # fmt: skip
+    assert rc == 0
+    row = json.loads(capsys.readouterr().out)["results"]["chat"]
+    assert row["ngram"]["mean_k"] > 0 and set(row["ngram"]["by_source"]) == {"plain"}
+    assert row["k=2"]["by_source"]["model"]["tokens"] >= 2
+    assert sum(d["tokens"] for d in row["k=2"]["by_source"].values()) == 4
 
 
 def test_steps_by_kind_are_pooled_over_the_runs():
