@@ -94,10 +94,9 @@ def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunRes
             acc.add_step(m, ev.n_accepted, 0, step_ms=0.0)  # only the counts are used
             verify.setdefault(m + 1, []).append(ev.verify_ms)
             # what proposed; a step with no proposal (k = 0, or no n-gram match) is a plain one
-            kind = by_source.setdefault(ev.draft_source or "plain", [0, 0, 0.0])
-            kind[0] += 1
-            kind[1] += ev.n_committed
-            kind[2] += ev.sync_ms + ev.draft_ms + ev.verify_ms
+            kind = ev.draft_source or "plain"
+            steps, tokens, ms = by_source.get(kind, (0, 0, 0.0))
+            by_source[kind] = [steps + 1, tokens + ev.n_committed, ms + ev.sync_ms + ev.draft_ms + ev.verify_ms]
             if ev.k > 0:
                 draft_ms += ev.draft_ms
                 calls.append(ev.draft_ms / max(1, min(ev.k, m + 1)))

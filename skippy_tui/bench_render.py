@@ -111,9 +111,9 @@ def render_text(report: dict[str, Any]) -> str:
     if any(DEFAULT in row for row in report["results"].values()):
         lines += ["", f"{DEFAULT}'s steps by kind (tokens/s of its sync + draft + verify, share of that time)"]
         for p, row in report["results"].items():
-            kinds = row.get(DEFAULT, {}).get("by_source", {})
-            rates = {k: (_fmt(d["tokens_per_second"], ".1f"), _fmt(d["time_share"], ".0%")) for k, d in kinds.items()}
-            lines.append(f"  {p:<{w}}" + ",  ".join(f"{k} {r} ({share})" for k, (r, share) in rates.items()))
+            kinds = row.get(DEFAULT, {}).get("by_source", {}).items()
+            parts = [f"{k} {_fmt(d['tokens_per_second'], '.1f')} ({_fmt(d['time_share'], '.0%')})" for k, d in kinds]
+            lines.append(f"  {p:<{w}}" + ",  ".join(parts))
     lines += ["", "token-identical to plain " + ("(greedy)" if meta["greedy"] else "(same seed per repeat)")]
     for p, row in report["results"].items():
         lines.append(f"  {p:<{w}}" + _identity_line(row, methods, meta["greedy"]))

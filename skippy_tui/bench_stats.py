@@ -78,9 +78,8 @@ class Cell:
         out), ``tokens_per_second`` and ``time_share`` (of all kinds' ms)."""
         pooled: dict[str, list[float]] = {}
         for r in self.runs:
-            for kind, (steps, tokens, ms) in r.by_source.items():
-                acc = pooled.setdefault(kind, [0, 0, 0.0])
-                acc[0], acc[1], acc[2] = acc[0] + steps, acc[1] + tokens, acc[2] + ms
+            for kind, totals in r.by_source.items():
+                pooled[kind] = [a + b for a, b in zip(pooled.get(kind, (0, 0, 0.0)), totals)]
         total = sum(ms for _, _, ms in pooled.values())
         return {
             kind: {
