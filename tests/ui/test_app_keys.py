@@ -302,7 +302,7 @@ def test_esc_closes_the_keys_panel() -> None:
 
 def test_f1_help_lists_the_keys_the_panel_columns_badges_and_colours() -> None:
     from skippy_tui.ui.help import HelpScreen
-    from skippy_tui.ui.panel import COLUMNS
+    from skippy_tui.ui.timeline import COLUMNS
 
     saved = Transcript.load(CHAT_JSON).models
 

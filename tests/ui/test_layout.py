@@ -12,7 +12,6 @@ import dataclasses
 
 import pytest
 from textual.widgets._toast import Toast
-from textual.widgets.data_table import ColumnKey
 from ui_helpers import CHAT_JSON, run, ui_config, wait_until
 
 from skippy_tui.engine.events import ReplyFinished, StepVerified, SyncInfo
@@ -20,6 +19,7 @@ from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.chat import AssistantMessage
 from skippy_tui.ui.render import SYNC_LEGEND, proposal_cell
+from skippy_tui.ui.timeline import PAD
 
 SIZES = [(80, 24), (90, 25), (100, 30), (120, 40), (150, 42), (200, 50)]
 
@@ -93,7 +93,7 @@ def test_step_rows_keep_every_column_in_view(size: tuple[int, int]) -> None:
             timeline = app.panel.timeline
             await wait_until(pilot, lambda: timeline.row_count == 8, 5, "the reply's steps")
             await pilot.pause()
-            used = sum(c.get_render_width(timeline) for c in timeline.columns.values())
+            used = sum(timeline.widths.values()) + 2 * PAD * len(timeline.widths)
             assert used <= timeline.size.width - 1  # the scrollbar's column stays free
             # the rows in view, under the header: the table follows its last row
             rows = {
@@ -106,7 +106,7 @@ def test_step_rows_keep_every_column_in_view(size: tuple[int, int]) -> None:
             legend = app.query_one("#legend")
             assert legend.display == timeline.compact and str(legend.render()) == SYNC_LEGEND
             # every proposal is shown whole, or as much as fits and "…"
-            room = timeline.columns[ColumnKey("proposal")].width
+            room = timeline.widths["proposal"]
             for i, row in rows.items():
                 full = proposal_cell(timeline.steps[i], "", "").plain
                 assert (full if len(full) <= room else full[: room - 1] + "…") in row, (row, full, room)
@@ -241,5 +241,58 @@ def test_the_timeline_follows_its_last_row_until_scrolled_up() -> None:
             await wait_until(
                 pilot, lambda: timeline.scroll_y == timeline.max_scroll_y and timeline.row_count == 32, 5, "following"
             )
+
+    run(body())
+
+
+def test_a_timeline_row_is_rendered_once_while_rows_are_added() -> None:
+    """New rows render only themselves: the rows already drawn keep their strips (a DataTable
+    re-rendered every visible cell on every batch, taking the UI's time from the engine)."""
+
+    async def body() -> None:
+        app = layout_app()
+        async with app.run_test(size=(150, 42)) as pilot:
+            timeline = app.panel.timeline
+            await wait_until(pilot, lambda: timeline.row_count == 8, 5, "the reply's steps")
+            await pilot.pause()
+            # two-digit indices: the index column widens once (which redraws every row), before counting
+            timeline.add_steps([dataclasses.replace(st, index=90 + i) for i, st in enumerate(timeline.steps)])
+            await pilot.pause()
+            rendered: list[int] = []
+            cells = timeline._cells
+            timeline._cells = lambda st: (rendered.append(st.index), cells(st))[1]  # type: ignore[method-assign]
+            steps = timeline.steps[:8]
+            more = [dataclasses.replace(st, index=10 + 8 * i + j) for i in range(6) for j, st in enumerate(steps)]
+            for i in range(6):  # six batches, following the end
+                timeline.add_steps(more[8 * i : 8 * i + 8])
+                await pilot.pause()
+            assert timeline.scroll_y == timeline.max_scroll_y  # the last row in view
+            assert rendered and sorted(rendered) == sorted(set(rendered))  # no row twice
+            assert set(rendered) <= {st.index for st in more}  # the rows drawn before were not redrawn
+            assert timeline.get_row_at(63)[0].plain == str(more[-1].index)
+
+    run(body())
+
+
+def test_the_timeline_cursor_moves_by_keys_and_a_click_on_it_inspects() -> None:
+    from skippy_tui.ui.screens import InspectorScreen
+
+    async def body() -> None:
+        app = layout_app()
+        async with app.run_test(size=(150, 42)) as pilot:
+            timeline = app.panel.timeline
+            await wait_until(pilot, lambda: timeline.row_count == 8, 5, "the reply's steps")
+            timeline.focus()
+            await pilot.press("home", "down", "down")
+            assert timeline.cursor_row == 2
+            await pilot.press("end", "up")
+            assert timeline.cursor_row == 6
+            cursor = timeline.get_component_rich_style("timeline--cursor")
+            assert list(timeline.render_line(1 + 6 - int(timeline.scroll_y)))[1].style.bgcolor == cursor.bgcolor
+            await pilot.click(timeline, offset=(3, 1 + 3 - int(timeline.scroll_y)))  # row 3: the cursor moves
+            assert timeline.cursor_row == 3 and not isinstance(app.screen, InspectorScreen)
+            await pilot.click(timeline, offset=(3, 1 + 3 - int(timeline.scroll_y)))  # again: inspect it
+            await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen), 5, "the inspector")
+            assert app.screen.index == 3
 
     run(body())

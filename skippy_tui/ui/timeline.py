@@ -1,0 +1,321 @@
+"""The speculation panel's timeline: a row per step under a fixed header (Textual's Line API).
+
+Each row is rendered once, when it first comes into view, and kept as a strip until
+the column widths, the sync column's form or the theme change. A DataTable re-rendered
+every visible cell through Rich on every batch of new rows (its caches are keyed by
+the table's update count): at 4 batches a second that was over 40 % of the UI
+thread's time during a reply, and on 2 cores the UI's time is taken from the
+engine's decoding threads (``tools/app_speed.py``).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from ..engine.events import StepVerified
+from .render import commit_cell, fg, proposal_cell, sync_short
+
+CHANGED = "*"
+"""Marks a step from which the sampling settings changed mid-reply (F3)."""
+
+COLUMNS = (("#", "index"), ("sync", "sync"), ("proposal", "proposal"), ("+", "commit"), ("d/v ms", "ms"))
+COMMIT_MAX = 14  # cells for the committed token; "(reply ended)" fits, a longer token ends in "…"
+PROPOSAL_MIN = 8  # the proposal keeps at least this many cells, ending in "…" when cut
+PAD = 1  # cells either side of every column
+RIGHT = frozenset({"index"})  # columns aligned right
+
+
+def step_ms(ms: float) -> str:
+    """Milliseconds in at most 5 cells: ``3.1``, ``518``, ``4.7s``, ``17s``."""
+    if ms < 100:
+        return f"{ms:.1f}"
+    if ms < 1000:
+        return f"{ms:.0f}"
+    return f"{ms / 1000:.1f}s" if ms < 10_000 else f"{ms / 1000:.0f}s"
+
+
+class Timeline(ScrollView, can_focus=True):
+    """One row per step; Enter (or a click on the highlighted row) opens the inspector.
+
+    The columns are sized here so that they always fit the width: the proposal takes
+    what the others leave and ends in "…" when cut (the inspector shows it whole).
+    When even that would cut it, the sync column switches to short badges
+    (``e41..44``; :attr:`compact`) and the panel shows their legend. The view follows
+    the last row until the user scrolls up, and again once back at the end.
+    """
+
+    class Compacted(Message):
+        """The sync column switched between full and short badges."""
+
+    class RowSelected(Message):
+        """Enter (or a click) on row ``cursor_row``."""
+
+        def __init__(self, cursor_row: int) -> None:
+            super().__init__()
+            self.cursor_row = cursor_row
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "timeline--header",
+        "timeline--cursor",
+        "step--accepted",
+        "step--rejected",
+        "step--bonus",
+        "step--correction",
+        "step--sep",
+        "step--sync",
+        "step--ms",
+        "step--changed",
+    }
+    DEFAULT_CSS = """
+    Timeline {
+        overflow-x: hidden;
+        &:focus { background-tint: $foreground 5%; }
+        & > .timeline--header { text-style: bold; background: $panel; color: $foreground; }
+        & > .timeline--cursor {
+            background: $block-cursor-blurred-background;
+            color: $block-cursor-blurred-foreground;
+            text-style: $block-cursor-blurred-text-style;
+        }
+        &:focus > .timeline--header { background-tint: $foreground 5%; }
+        &:focus > .timeline--cursor {
+            background: $block-cursor-background;
+            color: $block-cursor-foreground;
+            text-style: $block-cursor-text-style;
+        }
+    }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "select_cursor", "Inspect step"),
+        Binding("up", "cursor_up", "Cursor up", show=False),
+        Binding("down", "cursor_down", "Cursor down", show=False),
+        Binding("pageup", "page_up", "Page up", show=False),
+        Binding("pagedown", "page_down", "Page down", show=False),
+        Binding("home", "first", "First step", show=False),
+        Binding("end", "last", "Last step", show=False),
+    ]
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.steps: list[StepVerified] = []
+        self.compact = False  # short sync badges
+        self.cursor_row = 0
+        self._widest: dict[str, int] = {}  # per column (and "sync_short"): the widest cell so far
+        self._sizes: dict[str, int] = {}  # the column widths in use
+        self._strips: dict[int, Strip] = {}  # rendered rows (without the cursor), by index
+        self._header: Strip | None = None
+        self._follow = True  # keep the last row in view: true until the user scrolls up from it
+
+    # -- the rows ------------------------------------------------------------------------
+
+    @property
+    def row_count(self) -> int:
+        return len(self.steps)
+
+    @property
+    def widths(self) -> dict[str, int]:
+        """Each column's width in cells (padding excluded), by key."""
+        return dict(self._sizes)
+
+    def get_row_at(self, row: int) -> tuple[Text, ...]:
+        """The cells of row ``row``, styled, uncut."""
+        return self._cells(self.steps[row])
+
+    def _cells(self, st: StepVerified) -> tuple[Text, ...]:
+        style = self.get_component_rich_style
+        ms = fg(style("step--ms"))
+        index = Text(str(st.index), style=ms)
+        if st.sampling is not None:  # F3 changed the sampling settings from this step on
+            index = Text(CHANGED, style=fg(style("step--changed"))) + index
+        proposal = proposal_cell(st, fg(style("step--accepted")), fg(style("step--rejected")), fg(style("step--sep")))
+        commit = commit_cell(st, fg(style("step--bonus")), fg(style("step--correction")))
+        sync = sync_short(st.sync) if self.compact else st.sync.label()
+        return (
+            index,
+            Text(sync, style=fg(style("step--sync"))),
+            proposal,
+            commit,
+            Text(f"{step_ms(st.draft_ms)}/{step_ms(st.verify_ms)}", style=ms),
+        )
+
+    def add_steps(self, steps: list[StepVerified]) -> None:
+        """Append rows (a batch of a reply in flight); only rows in view are rendered."""
+        self.steps += steps
+        self._measure(steps)
+        self._fit()
+        self._resized()
+
+    def set_steps(self, steps: list[StepVerified]) -> None:
+        """Show these steps instead (another reply), following the last one."""
+        self.steps, self._widest, self._follow, self.cursor_row = [], {}, True, 0
+        self._forget()
+        self.add_steps(steps)
+
+    def restyle(self) -> None:
+        """Render the rows again with the current theme's styles."""
+        self._forget()
+        self.refresh()
+
+    def _forget(self) -> None:
+        self._strips.clear()
+        self._header = None
+
+    def _resized(self) -> None:
+        self.virtual_size = Size(0, len(self.steps) + 1)  # the header is the first line
+        self._stick()
+        self.refresh()
+
+    # -- column widths -------------------------------------------------------------------
+
+    def _measure(self, steps: list[StepVerified]) -> None:
+        """Widen the running column maxima by these steps' cells."""
+        widest = self._widest
+        if not widest:
+            widest.update({key: cell_len(label) for label, key in COLUMNS})
+            widest["sync_short"] = widest["sync"]
+        for st in steps:
+            cells = {
+                "index": len(str(st.index)) + (st.sampling is not None),
+                "sync": cell_len(st.sync.label()),
+                "sync_short": cell_len(sync_short(st.sync)),
+                "proposal": proposal_cell(st, "", "").cell_len,
+                "commit": min(commit_cell(st, "", "").cell_len, COMMIT_MAX),
+                "ms": len(step_ms(st.draft_ms)) + 1 + len(step_ms(st.verify_ms)),
+            }
+            for key, width in cells.items():
+                widest[key] = max(widest[key], width)
+
+    def _fit(self) -> None:
+        """Size the columns to the widget's width; switch the sync column's form when needed."""
+        width = self.size.width - 1  # the vertical scrollbar's column, shown or not
+        if width <= 0:
+            return
+        if not self._widest:
+            self._measure([])
+        w, pad = self._widest, 2 * PAD * len(COLUMNS)
+        compact = w["index"] + w["commit"] + w["ms"] + pad + w["sync"] + w["proposal"] > width
+        sizes = {"index": w["index"], "sync": w["sync_short" if compact else "sync"], "commit": w["commit"]}
+        sizes["ms"] = w["ms"]
+        sizes["proposal"] = max(width - sum(sizes.values()) - pad, PROPOSAL_MIN)
+        changed = compact != self.compact
+        if sizes != self._sizes or changed:  # most batches of steps change no width
+            self._sizes, self.compact = sizes, compact
+            self._forget()
+        if changed:
+            self.post_message(self.Compacted())
+
+    def on_resize(self) -> None:
+        self._fit()
+        self._resized()
+
+    # -- rendering -----------------------------------------------------------------------
+
+    def _line(self, cells: tuple[Text, ...], base: Style, header: bool = False) -> Strip:
+        """One line of cells cut or padded to the column widths (labels all aligned left)."""
+        line = Text(no_wrap=True, end="")
+        for (_, key), cell in zip(COLUMNS, cells):
+            cell = cell.copy()
+            cell.overflow, cell.no_wrap = "ellipsis", True
+            cell.align("right" if key in RIGHT and not header else "left", self._sizes.get(key, 0))
+            line.append(" " * PAD)
+            line.append_text(cell)
+            line.append(" " * PAD)
+        line.stylize_before(base)  # under the cells' styles (a Text's own style renders only with spans)
+        segments = [s for s in line.render(self.app.console) if s.text]
+        return Strip(segments, line.cell_len)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        base = self.rich_style
+        if y == 0:
+            if self._header is None:
+                header = self.get_component_rich_style("timeline--header")
+                self._header = self._line(tuple(Text(label) for label, _ in COLUMNS), header, header=True).crop_extend(
+                    0, width, header
+                )
+            return self._header
+        row = self.scroll_offset.y + y - 1
+        if row >= len(self.steps):
+            return Strip.blank(width, base)
+        strip = self._strips.get(row)
+        if strip is None:
+            strip = self._strips[row] = self._line(self._cells(self.steps[row]), base).crop_extend(0, width, base)
+        if row == self.cursor_row and self.has_focus:  # the cursor's colours over the cells'
+            cursor = self.get_component_rich_style("timeline--cursor")
+            strip = Strip(Segment.apply_style(strip, post_style=cursor), strip.cell_length)
+        return strip.apply_offsets(0, row)
+
+    # -- following the last row ------------------------------------------------------------
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if new_value < old_value:  # scrolled up: stop following; back at the end: follow again
+            self._follow = False
+        elif new_value >= self.max_scroll_y - 1:
+            self._follow = True
+
+    def _stick(self) -> None:
+        """Scroll to the last row when following."""
+        if self._follow and self.size.height:
+            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
+
+    # -- the cursor ------------------------------------------------------------------------
+
+    def on_focus(self) -> None:
+        self.restyle()  # the cursor row shows only while the timeline has focus, tinted
+
+    def on_blur(self) -> None:
+        self.restyle()
+
+    def move_cursor(self, row: int, scroll: bool = True) -> None:
+        """Put the cursor on ``row`` (clamped), scrolled into view unless ``scroll`` is False."""
+        self.cursor_row = min(max(row, 0), max(len(self.steps) - 1, 0))
+        if scroll:
+            view = self.size.height - 1  # rows under the header
+            top = self.scroll_offset.y
+            if self.cursor_row < top:
+                self.scroll_to(y=self.cursor_row, animate=False, immediate=True)
+            elif view > 0 and self.cursor_row >= top + view:
+                self.scroll_to(y=self.cursor_row - view + 1, animate=False, immediate=True)
+        self.refresh()
+
+    def action_cursor_up(self) -> None:
+        self.move_cursor(self.cursor_row - 1)
+
+    def action_cursor_down(self) -> None:
+        self.move_cursor(self.cursor_row + 1)
+
+    def action_page_up(self) -> None:
+        self.move_cursor(self.cursor_row - max(self.size.height - 2, 1))
+
+    def action_page_down(self) -> None:
+        self.move_cursor(self.cursor_row + max(self.size.height - 2, 1))
+
+    def action_first(self) -> None:
+        self.move_cursor(0)
+
+    def action_last(self) -> None:
+        self.move_cursor(len(self.steps) - 1)
+
+    def action_select_cursor(self) -> None:
+        if self.steps:
+            self.post_message(self.RowSelected(self.cursor_row))
+
+    def on_click(self, event: events.Click) -> None:
+        row = self.scroll_offset.y + event.y - 1
+        if event.y < 1 or not 0 <= row < len(self.steps):
+            return
+        if row == self.cursor_row and self.has_focus:
+            self.action_select_cursor()
+        else:
+            self.move_cursor(row, scroll=False)
