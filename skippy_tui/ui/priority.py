@@ -4,7 +4,8 @@ On a CPU build the engine's llama.cpp threads use every core, and each decode
 ends at a barrier: when the UI thread (rendering, layout) takes a core, one
 llama.cpp thread waits and the others spin, so every millisecond of UI work
 costs the engine about as much again. Measured on 2 cores, 512 tokens at k=4
-(``tools/app_speed.py``): 0.66 × headless with equal priorities.
+(``tools/app_speed.py``): 0.66 × headless with equal priorities, the engine in a
+thread of the app (with the engine process and ui/timeline.py: 0.97–1.0).
 
 Linux lets an unprivileged process raise (never lower) a *thread's* nice
 value, and a new thread inherits its creator's. So the engine's worker threads
@@ -24,9 +25,11 @@ Lowest means ``SCHED_IDLE`` where Linux has it, and nice 19 besides: a woken
 engine thread preempts a ``SCHED_IDLE`` thread at once, where at nice 19 it could
 wait for the UI thread's time slice to end. Measured on 2 cores, 512 tokens at
 k = 4 (``tools/app_speed.py``, medians of 3): app / headless 0.915 at nice 19,
-0.972 with ``SCHED_IDLE`` for the UI's threads and the relays. A thread cannot
-leave ``SCHED_IDLE`` again without privileges, so only threads that never run
-the engine nor start its process are lowered.
+0.969–0.983 (four runs) with ``SCHED_IDLE`` for the UI's threads and the relays.
+A thread cannot leave ``SCHED_IDLE`` again without privileges, so only threads
+that never run the engine nor start its process are lowered. The price: under
+another program's CPU-bound load the UI gets a smaller share than at nice 19
+(``yield_cpu = false`` gives equal priorities).
 """
 
 from __future__ import annotations
