@@ -298,13 +298,6 @@ class ProcessSpeculator:
         self._reader.start()
 
     @property
-    def relay_threads(self) -> tuple[int, ...]:
-        """Native ids of this object's own threads, which only relay the child's messages
-        (the pipe reader): the app may lower their CPU priority below the child's."""
-        tid = self._reader.native_id
-        return (tid,) if tid is not None else ()
-
-    @property
     def pid(self) -> int | None:
         """The child's process id."""
         return self._process.pid

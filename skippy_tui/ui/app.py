@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -134,7 +133,6 @@ class SkippyApp(
         super().__init__()
         # lower the UI's threads below the engine's (ui/priority.py); the launcher asks for it
         self._yield_cpu = yield_cpu
-        self._relay: ThreadPoolExecutor | None = None  # relays an engine process's events at the UI's priority
         self.config = config
         self.speculator = speculator
         self.owns_speculator = False  # True when this app loaded it (and so closes it)
@@ -197,7 +195,7 @@ class SkippyApp(
         if self._yield_cpu:  # before any worker starts: the engine's threads must keep their priority
             from .priority import yield_cpu_to_engine
 
-            self._relay = yield_cpu_to_engine(asyncio.get_running_loop())
+            yield_cpu_to_engine(asyncio.get_running_loop())
         themes, self._theme_errors = load_themes()
         for theme in themes:
             self.register_theme(theme)

@@ -4,8 +4,8 @@ A thread worker runs :meth:`Speculator.run` and posts every event as an
 :class:`EngineEvent` message (the worker never touches a widget). Steps queue up
 in ``_pending`` and a 20 Hz timer applies them in one batch (Markdown stream,
 stats, status), so a fast backend never floods the UI; text is never dropped.
-Timeline rows follow at 4 Hz, in batches (each new row is rendered once: ui/timeline.py).
-With an engine process the events are relayed at the UI's CPU priority (ui/priority.py).
+Timeline rows follow at 4 Hz: every added row re-renders all visible rows of a
+DataTable, which on 2 cores took CPU from the decoding threads.
 ``ReplyFinished`` flushes both queues first, then ends the reply. Esc sets the
 reply's cancel event (the engine checks it between steps).
 """
@@ -77,7 +77,7 @@ class GenerationMixin:
     app's ``speculator``, ``transcript``, ``generation``, ``chat``, ``panel``, ``prompt``,
     ``state``, ``_shown`` and ``_show_in_panel`` (ReplyViewMixin), ``_update_status``
     (StatusMixin), ``action_save`` / ``_save_history`` (FilesMixin) and ``_swap_models``
-    (LoadingMixin), and its ``_relay`` (:func:`~.priority.yield_cpu_to_engine`).
+    (LoadingMixin).
     """
 
     def _init_generation(self) -> None:
@@ -150,16 +150,6 @@ class GenerationMixin:
         spec = self.speculator
         if forget:
             spec.forget()
-        if self._relay is not None and getattr(spec, "separate_process", False):
-            # the engine decodes in its own process: relay its events from a thread at the UI's
-            # priority (this worker's thread keeps the engine's, for an in-process engine)
-            self._relay.submit(self._relay_events, spec, reply_id, messages, gen, cancel).result()
-        else:
-            self._relay_events(spec, reply_id, messages, gen, cancel)
-
-    def _relay_events(
-        self, spec: Any, reply_id: int, messages: list[dict[str, str]], gen: Any, cancel: threading.Event
-    ) -> None:
         for ev in spec.run(messages, gen, cancel):
             self.post_message(EngineEvent(reply_id, ev))
 

@@ -33,7 +33,7 @@ class LoadingMixin:
     ``_config_read``, ``_sampling_read``, ``speculator``, ``owns_speculator``, ``sampling``,
     ``generation``, ``transcript``, ``generating`` (GenerationMixin), ``_n_past`` / ``_n_ctx``,
     ``_update_status`` (StatusMixin), ``_snapshot_metadata`` and ``_unless_kept`` (FilesMixin)
-    and ``_quit_now`` / ``_relay`` (the app).
+    and ``_quit_now`` (the app).
     """
 
     def _init_loading(self) -> None:
@@ -112,11 +112,6 @@ class LoadingMixin:
 
     def _loaded(self, speculator: Any) -> None:
         self.speculator = speculator
-        if self._relay is not None:  # the UI yields the CPU: so do the engine process's relays
-            from .priority import lower
-
-            for tid in getattr(speculator, "relay_threads", ()):
-                lower(tid)
         self.loading = False
         self.replay = False
         self.query_one("#loading").display = False

@@ -8,16 +8,12 @@ can be checked token for token against the in-process engine (the shared pair).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 from ui_helpers import SIZE, run, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.engine.events import ReplyFinished, StepVerified
@@ -195,61 +191,3 @@ async def wait_until_ended(pids: list[int], timeout: float = 15.0) -> None:
     while any(_alive(p) for p in pids):
         assert time.monotonic() - t0 < timeout, f"child processes {pids} still alive after {timeout:.0f}s"
         await asyncio.sleep(0.1)
-
-
-YIELDING = r"""
-import json, os, sys, threading
-from ui_helpers import SIZE, run, ui_config, wait_until
-from skippy_tui.ui.app import SkippyApp
-
-relayed_by = set()
-launch_nice = os.getpriority(os.PRIO_PROCESS, 0)  # before the app lowers this thread
-
-relay = SkippyApp._relay_events
-
-def recorded(self, *args):
-    relayed_by.add(threading.current_thread().name)
-    return relay(self, *args)
-
-SkippyApp._relay_events = recorded
-app = SkippyApp(ui_config(max_tokens=12, ui={"engine": "process"}), yield_cpu=True)
-out = {}
-
-async def body():
-    async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.speculator is not None, 240, "the models to load")
-        spec = app.speculator
-        app.prompt.load_text("Name three colours.")
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: app.generating, 10, "the reply to start")
-        await wait_until(pilot, lambda: not app.generating, 240, "the reply")
-        idle = lambda tid: os.sched_getscheduler(tid) == os.SCHED_IDLE
-        out.update(
-            reason=app.transcript.entries[-1].finish.reason,
-            relayed_by=sorted(relayed_by),
-            ui_idle=idle(threading.get_native_id()),
-            reader_idle=all(idle(t) for t in spec.relay_threads) and bool(spec.relay_threads),
-            child_idle=idle(spec.pid),
-            child_nice=os.getpriority(os.PRIO_PROCESS, spec.pid) - launch_nice,
-        )
-        await pilot.press("ctrl+q")
-
-run(body())
-print(json.dumps(out))
-"""
-
-
-@pytest.mark.skipif(sys.platform != "linux", reason="thread priorities are Linux-only")
-def test_the_engine_process_keeps_its_priority_and_its_events_are_relayed_at_the_uis() -> None:
-    """With ``[ui] yield_cpu`` the UI's threads, the pipe reader and the reply's relay run at
-    the lowest priority (SCHED_IDLE), the engine process at the normal one. Run in a child
-    process so that pytest's own threads keep their priority."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", YIELDING], capture_output=True, text=True, timeout=600, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out["reason"] in ("max_tokens", "stop"), out
-    assert out["relayed_by"] and all(name.startswith("skippy-relay") for name in out["relayed_by"]), out
-    assert out["ui_idle"] and out["reader_idle"], out
-    # the engine decodes at the UI's launch priority, not the UI's lowered one
-    assert not out["child_idle"] and out["child_nice"] == 0, out
