@@ -47,6 +47,7 @@ max_tokens = {args.max_tokens}
 [ui]
 autosave = true
 transcript_dir = "{tmp / "transcripts"}"
+yield_cpu = {"true" if args.yield_cpu else "false"}
 """
     path = tmp / "config.toml"
     path.write_text(text)

@@ -4,8 +4,7 @@ A thread worker runs :meth:`Speculator.run` and posts every event as an
 :class:`EngineEvent` message (the worker never touches a widget). Steps queue up
 in ``_pending`` and a 20 Hz timer applies them in one batch (Markdown stream,
 stats, status), so a fast backend never floods the UI; text is never dropped.
-Timeline rows follow at 4 Hz: every added row re-renders all visible rows of a
-DataTable, which on 2 cores took CPU from the decoding threads.
+Timeline rows follow at 4 Hz, in batches (each new row is rendered once: ui/timeline.py).
 ``ReplyFinished`` flushes both queues first, then ends the reply. Esc sets the
 reply's cancel event (the engine checks it between steps).
 """
