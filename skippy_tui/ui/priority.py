@@ -18,11 +18,12 @@ With ``[ui] engine = "process"`` (engine/process.py) the engine runs in a child
 process; a child starts with the nice value of the thread that starts it, so
 the load worker (one of these engine threads) starts it at the normal priority.
 
-With the engine process this is off by default (``[ui] yield_cpu = false``): measured
-on 2 cores, 512 tokens at k = 4 (medians of 3 per run), app / headless was 0.915–0.917
-with the UI at nice 19 against 0.97–1.0 at equal priorities, and ``SCHED_IDLE`` for the
-UI's threads and the relays (0.97–0.98) starved the UI while decoding: quitting
-mid-reply took 4.6 s (median of 6) against 0.5 s, the UI working through its backlog.
+Measured with the engine process on 2 cores, 512 tokens at k = 4 (``tools/app_speed.py``,
+medians of 3 per run, 2026-12-01): app / headless 0.695 at equal priorities, 0.915–0.917
+with the UI at nice 19. ``SCHED_IDLE`` for the UI's threads and the event relays was
+tried: 0.97–1.0 over seven runs, but it starved the UI while decoding (quitting
+mid-reply took 4.6 s, median of 6, against 1.5 s at nice 19, the UI working through
+its backlog of the reply's events): not kept.
 """
 
 from __future__ import annotations
