@@ -204,8 +204,12 @@ class Timeline(ScrollView, can_focus=True):
             self._measure([])
         w, pad = self._widest, 2 * PAD * len(COLUMNS)
         compact = w["index"] + w["commit"] + w["ms"] + pad + w["sync"] + w["proposal"] > width
-        sizes = {"index": w["index"], "sync": w["sync_short" if compact else "sync"], "commit": w["commit"]}
-        sizes["ms"] = w["ms"]
+        sizes = {
+            "index": w["index"],
+            "sync": w["sync_short" if compact else "sync"],
+            "commit": w["commit"],
+            "ms": w["ms"],
+        }
         sizes["proposal"] = max(width - sum(sizes.values()) - pad, PROPOSAL_MIN)
         changed = compact != self.compact
         if sizes != self._sizes or changed:  # most batches of steps change no width
@@ -238,18 +242,17 @@ class Timeline(ScrollView, can_focus=True):
         width = self.size.width
         base = self.rich_style
         if y == 0:
+            header = self.get_component_rich_style("timeline--header")
             if self._header is None:
-                header = self.get_component_rich_style("timeline--header")
-                self._header = self._line(tuple(Text(label) for label, _ in COLUMNS), header, header=True).crop_extend(
-                    0, width, header
-                )
-            return self._header
+                self._header = self._line(tuple(Text(label) for label, _ in COLUMNS), header, header=True)
+            return self._header.crop_extend(0, width, header)
         row = self.scroll_offset.y + y - 1
         if row >= len(self.steps):
             return Strip.blank(width, base)
         strip = self._strips.get(row)
         if strip is None:
-            strip = self._strips[row] = self._line(self._cells(self.steps[row]), base).crop_extend(0, width, base)
+            strip = self._strips[row] = self._line(self._cells(self.steps[row]), base)
+        strip = strip.crop_extend(0, width, base)  # cached at the columns' width, fitted to the widget's here
         if row == self.cursor_row and self.has_focus:  # the cursor's colours over the cells'
             cursor = self.get_component_rich_style("timeline--cursor")
             strip = Strip(Segment.apply_style(strip, post_style=cursor), strip.cell_length)
