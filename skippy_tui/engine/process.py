@@ -303,6 +303,12 @@ class ProcessSpeculator:
         return self._process.pid
 
     @property
+    def relay_threads(self) -> tuple[int, ...]:
+        """Native ids of this process's threads that only pass the child's messages on
+        (the pipe reader): an app may lower their CPU priority (ui/priority.py)."""
+        return (self._reader.native_id,) if self._reader.native_id is not None else ()
+
+    @property
     def lost(self) -> str:
         """Why this speculator can no longer answer (its process exited, an RPC server is lost), or ``""``."""
         return self.exited or self._lost_rpc

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -133,6 +134,7 @@ class SkippyApp(
         super().__init__()
         # lower the UI's threads below the engine's (ui/priority.py); the launcher asks for it
         self._yield_cpu = yield_cpu
+        self._relay: ThreadPoolExecutor | None = None  # an engine process's events, at the UI's priority
         self.config = config
         self.speculator = speculator
         self.owns_speculator = False  # True when this app loaded it (and so closes it)
@@ -193,9 +195,10 @@ class SkippyApp(
 
     async def on_mount(self) -> None:
         if self._yield_cpu:  # before any worker starts: the engine's threads must keep their priority
-            from .priority import yield_cpu_to_engine
+            from .priority import relay_executor, yield_cpu_to_engine
 
-            yield_cpu_to_engine(asyncio.get_running_loop())
+            if yield_cpu_to_engine(asyncio.get_running_loop()):
+                self._relay = relay_executor()
         themes, self._theme_errors = load_themes()
         for theme in themes:
             self.register_theme(theme)

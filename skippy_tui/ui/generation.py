@@ -149,6 +149,15 @@ class GenerationMixin:
         spec = self.speculator
         if forget:
             spec.forget()
+        relay = self._relay if getattr(spec, "separate_process", False) else None
+        if relay is None:  # the engine runs in this thread (or the UI does not yield the CPU)
+            self._relay_events(spec, reply_id, messages, gen, cancel)
+        else:  # an engine process: its events pass through a thread at the UI's priority
+            relay.submit(self._relay_events, spec, reply_id, messages, gen, cancel).result()
+
+    def _relay_events(
+        self, spec: Any, reply_id: int, messages: list[dict[str, str]], gen: Any, cancel: threading.Event
+    ) -> None:
         for ev in spec.run(messages, gen, cancel):
             self.post_message(EngineEvent(reply_id, ev))
 

@@ -21,6 +21,7 @@ from ..config import ConfigError, config_path
 from ..engine.errors import SkippyError
 from .messages import LoadProgress
 from .model_picker import ModelChoice, SwitchFailedScreen, SwitchProgress, picker_for
+from .priority import lower_threads
 from .screens import ErrorScreen, how_to_fix
 
 
@@ -112,6 +113,8 @@ class LoadingMixin:
 
     def _loaded(self, speculator: Any) -> None:
         self.speculator = speculator
+        if self._relay is not None:  # an engine process's pipe reader yields the CPU as the UI does
+            lower_threads(getattr(speculator, "relay_threads", ()))
         self.loading = False
         self.replay = False
         self.query_one("#loading").display = False
@@ -227,6 +230,8 @@ class LoadingMixin:
         spec = self.speculator
         if spec is not None and self.owns_speculator and getattr(spec, "separate_process", False):
             spec.close()
+        if self._relay is not None:
+            self._relay.shutdown(wait=False)
 
     def _show_error(self, title: str, error: BaseException | None) -> None:
         message = str(error) if isinstance(error, SkippyError) else f"{type(error).__name__}: {error}"

@@ -17,6 +17,9 @@ every idle moment, and all of the CPU between replies.
 With ``[ui] engine = "process"`` (engine/process.py) the engine runs in a child
 process; a child starts with the nice value of the thread that starts it, so
 the load worker (one of these engine threads) starts it at the normal priority.
+This process's threads that only pass the child's events on (the pipe reader,
+the relay the reply's events go through) then drop to the UI's nice value: at
+nice 0 each of their wake-ups, one or two per step, preempted a llama.cpp thread.
 
 Measured with the engine process on 2 cores, 512 tokens at k = 4 (``tools/app_speed.py``,
 medians of 3 per run, 2026-12-01): app / headless 0.695 at equal priorities, 0.915–0.917
@@ -32,12 +35,44 @@ import asyncio
 import os
 import sys
 import threading
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 ENGINE_THREADS = 4
 """Worker threads kept at normal priority (loading, generation and a spare or two)."""
 
 UI_NICE = 19
+
+
+def lower_threads(native_ids: Iterable[int], nice: int = UI_NICE) -> bool:
+    """Give this process's threads ``native_ids`` the nice value ``nice`` (never a lower one).
+
+    Returns False where the OS refuses or cannot (not Linux); nothing else changes.
+    """
+    if sys.platform != "linux" or not hasattr(os, "setpriority"):
+        return False
+    try:
+        for tid in native_ids:
+            os.setpriority(os.PRIO_PROCESS, tid, max(nice, os.getpriority(os.PRIO_PROCESS, tid)))
+    except OSError:
+        return False
+    return True
+
+
+def relay_executor(nice: int = UI_NICE) -> ThreadPoolExecutor:
+    """One thread, at nice value ``nice``, to pass an engine process's events on to the UI.
+
+    The relay only waits and forwards, so it need not run at the engine's
+    priority: at nice 0 each of its wake-ups (one per step) preempts a
+    llama.cpp thread in the engine process mid-decode.
+    """
+    return ThreadPoolExecutor(
+        max_workers=1, thread_name_prefix="skippy-relay", initializer=_lower_self, initargs=(nice,)
+    )
+
+
+def _lower_self(nice: int) -> None:
+    lower_threads((threading.get_native_id(),), nice)
 
 
 def yield_cpu_to_engine(loop: asyncio.AbstractEventLoop, nice: int = UI_NICE) -> bool:
@@ -60,10 +95,5 @@ def yield_cpu_to_engine(loop: asyncio.AbstractEventLoop, nice: int = UI_NICE) ->
         return False
     loop.set_default_executor(pool)
     engine = {t.native_id for t in threading.enumerate() if t.name.startswith("skippy-engine")}
-    try:
-        for t in threading.enumerate():
-            if t.native_id is not None and t.native_id not in engine:
-                os.setpriority(os.PRIO_PROCESS, t.native_id, max(nice, os.getpriority(os.PRIO_PROCESS, t.native_id)))
-    except OSError:
-        return False
-    return True
+    others = (t.native_id for t in threading.enumerate() if t.native_id is not None and t.native_id not in engine)
+    return lower_threads(others, nice)

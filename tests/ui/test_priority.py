@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 CHILD = r"""
 import asyncio, os, threading
-from skippy_tui.ui.priority import yield_cpu_to_engine
+from skippy_tui.ui.priority import relay_executor, yield_cpu_to_engine
 
 def nice(tid):
     return os.getpriority(os.PRIO_PROCESS, tid)
@@ -27,7 +28,8 @@ async def main():
         t.start(); t.join()
         return out[0]
     child = await loop.run_in_executor(None, spawn)
-    print(nice(threading.get_native_id()), engine[0], engine[1], child)
+    relay = relay_executor().submit(lambda: nice(threading.get_native_id())).result()
+    print(nice(threading.get_native_id()), engine[0], engine[1], child, relay)
 
 asyncio.run(main())
 """
@@ -36,6 +38,48 @@ asyncio.run(main())
 @pytest.mark.skipif(sys.platform != "linux", reason="thread priorities are Linux-only")
 def test_the_ui_threads_run_below_the_engine_threads() -> None:
     out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=60, check=True)
-    ui, name, engine, child = out.stdout.split()
-    assert int(ui) == 19
+    ui, name, engine, child, relay = out.stdout.split()
+    assert int(ui) == 19 and int(relay) == 19
     assert name.startswith("skippy-engine") and int(engine) < 19 and int(child) == int(engine)
+
+
+APP = r"""
+import asyncio, os, sys, threading
+sys.path.insert(0, sys.argv[1])
+from ui_helpers import ui_config, wait_until
+from skippy_tui.ui.app import SkippyApp
+
+def nice(tid):
+    return os.getpriority(os.PRIO_PROCESS, tid)
+
+async def main():
+    app = SkippyApp(ui_config(max_tokens=48, ui={"engine": "process"}), yield_cpu=True)
+    seen = {}
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: app.speculator is not None, 240, "the models to load")
+        app.prompt.load_text("Tell me a story about a dragon.")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.generating, 10, "the reply to start")
+        while app.generating:
+            for t in threading.enumerate():
+                if t.native_id is not None:
+                    seen[t.name.split("_")[0]] = nice(t.native_id)
+            await pilot.pause(0.02)
+        engine = nice(app.speculator.pid)
+        await pilot.press("ctrl+q")
+    print(engine, seen.get("skippy-engine-pipe"), seen.get("skippy-relay"), app.transcript.entries[-1].finish.reason)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="thread priorities are Linux-only")
+def test_an_engine_process_keeps_its_priority_and_its_relays_yield_as_the_ui_does() -> None:
+    """The child decodes at the normal priority; the app's threads that only pass its events
+    on (the pipe reader, the relay) run at the UI's nice 19, so they do not preempt it."""
+    here = str(Path(__file__).parent)
+    out = subprocess.run([sys.executable, "-c", APP, here], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    engine, reader, relay, reason = out.stdout.split()[-4:]
+    assert int(engine) < 19 and reason in ("eos", "max_tokens")
+    assert reader == "19" and relay == "19"
