@@ -212,7 +212,8 @@ class SkippyApp(
             self.notify("\n".join(self._theme_errors), title="Skipped theme files", severity="warning", timeout=10)
         self.query_one("#loading").display = False
         await self._show_transcript()
-        self.set_interval(1 / FLUSH_HZ, self._flush_steps)
+        # runs only while a reply streams: an idle app wakes for nothing (the engine may be busy)
+        self._flush_timer = self.set_interval(1 / FLUSH_HZ, self._flush_steps, pause=True)
         self.prompt.focus()
         if self.speculator is not None:
             self._loaded(self.speculator)

@@ -132,6 +132,7 @@ class GenerationMixin:
         self._cancel = threading.Event()
         self._reply_id += 1
         self.generating = True
+        self._flush_timer.resume()
         replies = list(self.chat.query(AssistantMessage))
         for r in replies:
             r.set_class(r is msg, "-shown")
@@ -211,6 +212,7 @@ class GenerationMixin:
         self._n_past = fin.n_past
         await msg.finish(fin, fin.text)
         self.generating = False
+        self._flush_timer.pause()
         self._current = self._current_entry = None
         if fin.text or fin.reason not in ("error", "cancelled"):
             self.transcript.entries.append(entry)
@@ -260,6 +262,7 @@ class GenerationMixin:
         error = worker.error
         await self._flush_steps(final=True)
         self.generating = False
+        self._flush_timer.pause()
         if self._current is not None:
             await self._current.fail(error)
         self._current = self._current_entry = None
