@@ -22,11 +22,12 @@ the relay the reply's events go through) then drop to the UI's nice value: at
 nice 0 each of their wake-ups, one or two per step, preempted a llama.cpp thread.
 
 Measured with the engine process on 2 cores, 512 tokens at k = 4 (``tools/app_speed.py``,
-medians of 3 per run, 2026-12-01): app / headless 0.695 at equal priorities, 0.915–0.917
-with the UI at nice 19. ``SCHED_IDLE`` for the UI's threads and the event relays was
-tried: 0.97–1.0 over seven runs, but it starved the UI while decoding (quitting
-mid-reply took 4.6 s, median of 6, against 1.5 s at nice 19, the UI working through
-its backlog of the reply's events): not kept.
+medians of 3 per run, 2026-12-01/02): app / headless 0.695 at equal priorities, 0.915–0.932
+with the UI at nice 19, 0.927–0.968 (median 0.95) with the relays at nice 19 too.
+``SCHED_IDLE`` for the UI's threads and the event relays was tried: 0.97–1.0 over
+seven runs, but it starved the UI while decoding (quitting mid-reply took 4.6 s,
+median of 6, against 1.5 s at nice 19, the UI working through its backlog of the
+reply's events): not kept.
 """
 
 from __future__ import annotations
