@@ -53,6 +53,10 @@ from .status import StatusBar, StatusMixin
 from .themes import UiState, load_themes
 from .tuning import TuningMixin
 
+QUIT_GRACE_S = 3.0
+"""How long a quit mid-reply waits for the reply to stop (the engine checks between steps)
+before it quits without it; a second Ctrl+Q does not wait."""
+
 # the app's own actions: off while a dialog (not the command palette) is open
 CHAT_ACTIONS = frozenset(
     {"stop", "new_chat", "regenerate", "edit_last", "system_prompt", "tune", "toggle_speculation"}
@@ -134,6 +138,7 @@ class SkippyApp(
         super().__init__()
         # lower the UI's threads below the engine's (ui/priority.py); the launcher asks for it
         self._yield_cpu = yield_cpu
+        self._quitting = False  # a quit waits for the reply in flight to stop (action_quit)
         self._relay: ThreadPoolExecutor | None = None  # an engine process's events, at the UI's priority
         self.config = config
         self.speculator = speculator
@@ -305,7 +310,21 @@ class SkippyApp(
         if isinstance(screen, ConfirmDiscardScreen) and screen.action_name == "Quit":
             screen.dismiss(DISCARD)  # ctrl+q twice: quit without saving
             return
+        if self.generating and not self._quitting:
+            # stop the reply first, as Esc does: its text is kept in the chat, which is then
+            # saved (or asked about) once the engine is idle; _finish_reply goes on with the quit
+            self._quitting = True
+            self._cancel.set()
+            self.set_timer(QUIT_GRACE_S, self._quit_unstopped)
+            return
+        self._quitting = False  # pressed again while the reply stops: go now
         await self._unless_kept("Quit", self._quit_now)
+
+    async def _quit_unstopped(self) -> None:
+        """The reply did not stop within QUIT_GRACE_S of a quit: quit without it."""
+        if self._quitting and self.generating:
+            self._quitting = False
+            await self._unless_kept("Quit", self._quit_now)
 
     def _quit_now(self, return_code: int = 0) -> None:
         self._cancel.set()

@@ -242,6 +242,10 @@ class GenerationMixin:
         if self.config.get("ui", "autosave") and entry in self.transcript.entries:
             self.action_save(quiet=True)
         self._save_history()
+        if self._quitting:  # the reply stopped for a quit: the chat, with it, is kept; go on
+            self._quitting = False
+            await self._unless_kept("Quit", self._quit_now)
+            return
         if self._switched is not None:  # models chosen in the picker loaded during this reply
             self._swap_models()
 
@@ -268,6 +272,9 @@ class GenerationMixin:
         self._current = self._current_entry = None
         self.notify(f"{type(error).__name__}: {error}", title="Generation failed", severity="error")
         self.refresh_bindings()
+        if self._quitting:
+            self._quitting = False
+            await self._unless_kept("Quit", self._quit_now)
 
     # -- stop, regenerate, edit ----------------------------------------------------------------
 

@@ -361,8 +361,9 @@ def _recording(
 def test_quit_mid_stream_ends_the_reply_within_a_step() -> None:
     """The app loads its own models (the real loading path), then quits while a reply streams.
 
-    Quit cancels the reply and aborts the decode in flight, so the engine yields
-    at most the step it was in, and the app and the engine thread end. Waits
+    Quit stops the reply as Esc does (the engine yields at most the step it was
+    in, and the partial reply is kept), asks about the unsaved chat, and the app
+    and the engine thread end. Waits
     are on those events, bounded at 30 s: generous on a busy shared machine,
     and a hang still fails.
     """
@@ -379,8 +380,10 @@ def test_quit_mid_stream_ends_the_reply_within_a_step() -> None:
             await _send(app, pilot, "Tell me a long story about a lighthouse keeper.")
             await wait_until(pilot, lambda: app.panel.timeline.row_count >= 1, 180, "the first step")
             assert app.generating
-            await pilot.press("ctrl+q")  # the message sent is not saved: asked first, the reply goes on
+            await pilot.press("ctrl+q")  # the reply stops first and is kept; then the unsaved chat is asked about
             await wait_for_screen(pilot, app, ConfirmDiscardScreen, 10)
+            kept = app.transcript.entries[-1]
+            assert kept.role == "assistant" and kept.content and kept.finish.reason == "cancelled"
             await pilot.press("y")
             await asyncio.wait_for(asyncio.shield(app._task), 30)  # run_test's task: done once the app closed
         assert await asyncio.to_thread(ended.wait, 30), "the engine thread did not end within 30 s of quitting"

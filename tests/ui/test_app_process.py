@@ -18,6 +18,7 @@ from ui_helpers import SIZE, run, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.engine.events import ReplyFinished, StepVerified
 from skippy_tui.engine.settings import GenerationSettings
+from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.chat import AssistantMessage
 from skippy_tui.ui.screens import TuneScreen
@@ -152,6 +153,29 @@ def test_a_killed_engine_process_ends_the_reply_and_f5_loads_again() -> None:
     finally:
         if app.speculator is not None:
             app.speculator.close()
+
+
+def test_quitting_mid_reply_keeps_the_partial_reply_in_the_history() -> None:
+    """Ctrl+Q while a reply streams stops it as Esc does; the chat is saved with the partial
+    reply (not without it, beside a still-busy engine), and the app and its child end."""
+    app = SkippyApp(_config(max_tokens=400))
+    pid: list[int] = []
+
+    async def body() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_until(pilot, lambda: app.speculator is not None, 240, "the models to load")
+            pid.append(app.speculator.pid)
+            await _send(app, pilot, PROMPT)
+            await wait_until(pilot, lambda: app.panel.timeline.row_count >= 2, 180, "two steps")
+            await pilot.press("ctrl+q")
+            await asyncio.wait_for(asyncio.shield(app._task), 30)
+        await wait_until_ended(pid)
+
+    run(body())
+    saved = Transcript.load(app.history_path)
+    user, partial = saved.entries[-2:]
+    assert (user.role, user.content) == ("user", PROMPT)
+    assert partial.role == "assistant" and partial.content and partial.finish.reason == "cancelled"
 
 
 def test_quitting_during_the_load_ends_the_engine_process(smollm2_f32: Path) -> None:
