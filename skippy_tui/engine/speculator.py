@@ -353,13 +353,13 @@ class Speculator:
             t0 = time.perf_counter()
             target_sync = self.target_cache.sync(context, cancelled, epoch)
             t1 = time.perf_counter()
-            draft_sync = NO_SYNC
+            draft_sync, draft_prefill_ms = NO_SYNC, 0.0
             if self.speculation.enabled and self.drafter is not None and self.drafter.room(context) > 0:
                 # fill the draft with the prompt now, so prefill never counts as decoding time
                 d = self.drafter
                 draft_sync = d.prefill(context, epoch) if isinstance(d, AutoDrafter) else d.sync(context, epoch)
-            t2 = time.perf_counter()
-            prefill_ms, draft_prefill_ms = (t1 - t0) * 1000, (t2 - t1) * 1000
+                draft_prefill_ms = (time.perf_counter() - t1) * 1000  # none filled: exactly 0, not a clock tick
+            prefill_ms = (t1 - t0) * 1000
         except ContextFullError as e:
             yield failed(str(e), self.n_past, reason="context_full")
             return
