@@ -317,14 +317,17 @@ class SkippyApp(
             self._cancel.set()
             self.set_timer(QUIT_GRACE_S, self._quit_unstopped)
             return
-        self._quitting = False  # pressed again while the reply stops: go now
+        await self._go_on_quitting()  # nothing in flight, or pressed again while the reply stops
+
+    async def _go_on_quitting(self) -> None:
+        """The quit itself: the chat kept (or asked about) first, then the app ends."""
+        self._quitting = False
         await self._unless_kept("Quit", self._quit_now)
 
     async def _quit_unstopped(self) -> None:
         """The reply did not stop within QUIT_GRACE_S of a quit: quit without it."""
         if self._quitting and self.generating:
-            self._quitting = False
-            await self._unless_kept("Quit", self._quit_now)
+            await self._go_on_quitting()
 
     def _quit_now(self, return_code: int = 0) -> None:
         self._cancel.set()

@@ -75,8 +75,9 @@ class GenerationMixin:
     (a new chat: the engine's caches start empty) and ``_editing`` (Ctrl+L). Relies on the
     app's ``speculator``, ``transcript``, ``generation``, ``chat``, ``panel``, ``prompt``,
     ``state``, ``_shown`` and ``_show_in_panel`` (ReplyViewMixin), ``_update_status``
-    (StatusMixin), ``action_save`` / ``_save_history`` (FilesMixin) and ``_swap_models``
-    (LoadingMixin).
+    (StatusMixin), ``action_save`` / ``_save_history`` (FilesMixin), ``_swap_models``
+    (LoadingMixin), and the app's ``_relay``, ``_flush_timer`` and ``_quitting`` /
+    ``_go_on_quitting`` (a quit mid-reply goes on once the reply has ended).
     """
 
     def _init_generation(self) -> None:
@@ -243,8 +244,7 @@ class GenerationMixin:
             self.action_save(quiet=True)
         self._save_history()
         if self._quitting:  # the reply stopped for a quit: the chat, with it, is kept; go on
-            self._quitting = False
-            await self._unless_kept("Quit", self._quit_now)
+            await self._go_on_quitting()
             return
         if self._switched is not None:  # models chosen in the picker loaded during this reply
             self._swap_models()
@@ -273,8 +273,7 @@ class GenerationMixin:
         self.notify(f"{type(error).__name__}: {error}", title="Generation failed", severity="error")
         self.refresh_bindings()
         if self._quitting:
-            self._quitting = False
-            await self._unless_kept("Quit", self._quit_now)
+            await self._go_on_quitting()
 
     # -- stop, regenerate, edit ----------------------------------------------------------------
 

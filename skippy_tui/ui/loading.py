@@ -34,7 +34,7 @@ class LoadingMixin:
     ``_config_read``, ``_sampling_read``, ``speculator``, ``owns_speculator``, ``sampling``,
     ``generation``, ``transcript``, ``generating`` (GenerationMixin), ``_n_past`` / ``_n_ctx``,
     ``_update_status`` (StatusMixin), ``_snapshot_metadata`` and ``_unless_kept`` (FilesMixin)
-    and ``_quit_now`` (the app).
+    and ``_quit_now`` / ``_relay`` (the app).
     """
 
     def _init_loading(self) -> None:
