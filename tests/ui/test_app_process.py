@@ -102,9 +102,13 @@ def test_a_reply_from_the_engine_process_tunes_stops_and_quits(speculator) -> No
                 pilot, lambda: any(st.sampling is not None for st in steps()) or not app.generating, 60, "the change"
             )
             await wait_until(pilot, lambda: len(steps()) >= 3 or not app.generating, 60, "more steps")
+            # sampled at T=0.5, the story may end on its own just before Esc reaches it (seen once
+            # in CI): an eos within a few steps of the key is that race, not a key that did nothing
+            seen = len(steps())
             await pilot.press("escape")
             await wait_until(pilot, lambda: not app.generating, 30, "the reply to stop")
-            assert entry.finish.reason == "cancelled"
+            ended = entry.finish.reason == "eos" and len(entry.steps) <= seen + 3
+            assert entry.finish.reason == "cancelled" or ended, (entry.finish.reason, seen, len(entry.steps))
             marked = [i for i, st in enumerate(entry.steps) if st.sampling is not None]
             assert len(marked) == 1 and entry.steps[marked[0]].sampling["temperature"] == 0.5
             assert entry.steps[0].k == 4 and all(st.k <= 2 for st in entry.steps[marked[0] + 1 :])
