@@ -3,8 +3,10 @@
 A thread worker runs :meth:`Speculator.run` and posts every event as an
 :class:`EngineEvent` message (the worker never touches a widget). Steps queue up
 in ``_pending`` and a 20 Hz timer applies them in one batch (Markdown stream,
-stats, status), so a fast backend never floods the UI; text is never dropped.
-Timeline rows follow at 4 Hz, in batches (each new row is rendered once: ui/timeline.py).
+stats), so a fast backend never floods the UI; text is never dropped. Timeline
+rows and the status line follow at 4 Hz, in batches (each new row is rendered
+once: ui/timeline.py). Textual repaints the bounding box of a frame's changes:
+a status update at every flush made each frame of text span the screen's width.
 ``ReplyFinished`` flushes both queues first, then ends the reply. Esc sets the
 reply's cancel event (the engine checks it between steps).
 """
@@ -198,10 +200,10 @@ class GenerationMixin:
             self._n_past = steps[-1].n_past_after
             await self._current.append([s for st in steps for s in st.delta])
             self._panel_pending += steps
-            self._update_status()
         if self._panel_pending and (final or time.monotonic() - self._panel_at >= 1 / PANEL_HZ):
             steps, self._panel_pending = self._panel_pending, []
             self._panel_at = time.monotonic()
+            self._update_status()
             if self._shown is self._current:
                 self.panel.add_steps(steps, self._live_stats)
 

@@ -115,6 +115,7 @@ class Timeline(ScrollView, can_focus=True):
         self._strips: dict[int, Strip] = {}  # rendered rows (without the cursor), by index
         self._header: Strip | None = None
         self._follow = True  # keep the last row in view: true until the user scrolls up from it
+        self._laid_out_rows: Size | None = None  # the virtual size the scrollbars last saw
 
     # -- the rows ------------------------------------------------------------------------
 
@@ -169,6 +170,18 @@ class Timeline(ScrollView, can_focus=True):
     def _forget(self) -> None:
         self._strips.clear()
         self._header = None
+
+    def _size_updated(self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True) -> bool:
+        # The layout hands a ScrollView its region's size as the virtual size; ours is the
+        # row count (set in _resized). ScrollView compares the two, finds them different at
+        # every layout of the screen and repaints the scrollbar: a dirty column at the
+        # screen's right edge that pulled the whole panel into every frame of streaming text.
+        # Now only a new row count (or size) goes on to the scrollbars.
+        rows = self.virtual_size
+        if rows == self._laid_out_rows:
+            virtual_size = rows
+        self._laid_out_rows = rows
+        return super()._size_updated(size, virtual_size, container_size, layout)
 
     def _resized(self) -> None:
         self.virtual_size = Size(0, len(self.steps) + 1)  # the header is the first line

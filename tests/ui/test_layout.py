@@ -296,3 +296,31 @@ def test_the_timeline_cursor_moves_by_keys_and_a_click_on_it_inspects() -> None:
             assert app.screen.index == 3
 
     run(body())
+
+
+def test_a_layout_elsewhere_leaves_the_timeline_unpainted() -> None:
+    """Streaming text lays the screen out at every flush; the timeline's scrollbar used to be
+    repainted each time (its row count never equals the region size the layout hands a
+    ScrollView), which dragged the whole panel into every frame of the chat."""
+
+    async def body() -> None:
+        app = layout_app()
+        async with app.run_test(size=(150, 42)) as pilot:
+            timeline = app.panel.timeline
+            more = list(timeline.steps)
+            for _ in range(4):
+                timeline.add_steps(more)
+            await wait_until(pilot, lambda: timeline.max_scroll_y > 0, 5, "a timeline taller than its view")
+            await pilot.pause()
+            painted: list[object] = []
+            bar = timeline.vertical_scrollbar
+            refresh = bar.refresh
+            bar.refresh = lambda *a, **k: (painted.append(a), refresh(*a, **k))[1]  # type: ignore[method-assign]
+            for _ in range(5):
+                app.chat.refresh(layout=True)
+                await pilot.pause()
+            assert painted == []
+            timeline.add_steps(more)  # new rows still move the scrollbar
+            await wait_until(pilot, lambda: bool(painted), 5, "the scrollbar to follow new rows")
+
+    run(body())
