@@ -11,6 +11,14 @@ reply, the medians and app/headless.
     python tools/app_speed.py                      # 512 tokens, k=4, greedy, 3 repeats, 150x42
     python tools/app_speed.py --n-draft auto --temperature 0.8 --seed 1
     python tools/app_speed.py -- --target T.gguf --draft D.gguf   # any model flags after --
+    python tools/app_speed.py --replay             # the UI's own cost, no decoding (below)
+
+Each run also prints the CPU time of the app's UI thread from Enter to the saved
+reply. With ``--replay`` nothing decodes in the app: one reply is recorded
+headless (``run --json``), and the app, its engine in-process, streams those
+events at their recorded step times. The UI thread's CPU per reply is then what
+the UI asks for when nothing competes with it; beside a decoding engine on a
+small machine it gets less (it runs at nice 19), so compare the two.
 
 Needs tmux and ``skippy-tui`` on PATH (the project's venv). Speed is noisy on a
 shared machine: quote medians, and run nothing else meanwhile.
@@ -28,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 PROMPT = "Write a detailed essay about the history of the printing press."
@@ -72,18 +81,53 @@ def headless(exe: str, config: Path, extra: list[str], env: dict[str, str], prom
     return fin["tokens_per_second"], wall
 
 
+def _app_pid(config: Path) -> int | None:
+    """The app's process: the Python process running with ``config`` (not tmux, a shell or an engine child)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        text = b" ".join(argv).decode(errors="replace")
+        if str(config) in text and b"python" in argv[0] and "multiprocessing" not in text:
+            found.append(int(pid))
+    return min(found) if found else None
+
+
+def _thread_cpu(pid: int | None) -> float:
+    """CPU seconds (user + system) of process ``pid``'s main thread; 0 where unknown."""
+    if pid is None:
+        return 0.0
+    try:
+        stat = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _tmux(*args: str) -> str:
     return subprocess.run(["tmux", *args], capture_output=True, text=True, check=False).stdout
 
 
 def in_app(
-    exe: str, config: Path, extra: list[str], env: dict[str, str], prompt: str, size: tuple[int, int], tmp: Path
-) -> tuple[float, float, float]:
-    """(tokens/s, wall s from Enter to the saved reply, launch-to-ready s) of one reply in the app."""
+    exe: str | list[str],
+    config: Path,
+    extra: list[str],
+    env: dict[str, str],
+    prompt: str,
+    size: tuple[int, int],
+    tmp: Path,
+) -> tuple[float, float, float, float]:
+    """(tokens/s, wall s from Enter to the saved reply, launch-to-ready s, UI thread CPU s
+    over that wall time) of one reply in the app (``exe``: the command that starts it)."""
     tdir = tmp / "transcripts"
     shutil.rmtree(tdir, ignore_errors=True)
     session = f"skippy-speed-{os.getpid()}"
-    cmd = " ".join(shlex.quote(c) for c in [exe, "--config", str(config), *extra])
+    cmd = " ".join(shlex.quote(c) for c in [*([exe] if isinstance(exe, str) else exe), "--config", str(config), *extra])
     envs = [f"{k}={shlex.quote(env[k])}" for k in ("XDG_STATE_HOME", "XDG_DATA_HOME")]
     t_launch = time.perf_counter()
     shell = f"env {' '.join(envs)} {cmd}"
@@ -99,6 +143,8 @@ def in_app(
         ready = time.perf_counter() - t_launch
         _tmux("send-keys", "-t", session, "-l", prompt)
         time.sleep(0.3)
+        pid = _app_pid(config)
+        cpu = _thread_cpu(pid)
         t = time.perf_counter()
         _tmux("send-keys", "-t", session, "Enter")
         deadline = time.monotonic() + 600
@@ -114,8 +160,9 @@ def in_app(
                 raise RuntimeError("no reply saved within 600 s:\n" + _tmux("capture-pane", "-p", "-t", session))
             time.sleep(0.05)
         wall = time.perf_counter() - t
+        cpu = _thread_cpu(pid) - cpu
         fin = _last_finish(data)
-        return fin["tokens_per_second"], wall, ready
+        return fin["tokens_per_second"], wall, ready, cpu
     finally:
         _tmux("send-keys", "-t", session, "C-q")
         time.sleep(0.5)
@@ -130,6 +177,31 @@ def _last_finish(data: dict) -> dict:
     raise RuntimeError("the saved transcript holds no finished reply")
 
 
+def record(exe: str, config: Path, extra: list[str], env: dict[str, str], prompt: str, path: Path) -> None:
+    """One headless reply's events (``run --json``) into ``path``, for ``--replay``."""
+    cmd = [exe, "--config", str(config), *extra, "run", prompt, "--json"]
+    path.write_text(subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout)
+
+
+def serve_replay(events: Path, argv: list[str]) -> int:
+    """Start the app (``argv``: its command-line flags) with an engine that decodes nothing:
+    each reply streams the recorded ``events``, every step after its recorded step time."""
+    from skippy_tui import cli
+    from skippy_tui.engine import speculator
+    from skippy_tui.engine.events import StepVerified, event_from_dict
+
+    recorded = [event_from_dict(json.loads(line)) for line in events.read_text().splitlines() if line.strip()]
+
+    def run(self: object, messages: object, settings: object, cancel: object = None) -> Iterator[object]:
+        for ev in recorded:
+            if isinstance(ev, StepVerified):
+                time.sleep((ev.sync_ms + ev.draft_ms + ev.verify_ms) / 1000)
+            yield ev
+
+    speculator.Speculator.run = run  # type: ignore[method-assign]
+    return cli.main(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n-draft", default="4", help='k, or "auto" (default 4)')
@@ -140,8 +212,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", default="150x42", help="terminal size COLSxROWS")
     p.add_argument("--prompt", default=PROMPT)
     p.add_argument("--equal-priority", dest="yield_cpu", action="store_false", help="the app's [ui] yield_cpu = false")
+    p.add_argument("--replay", action="store_true", help="the app decodes nothing: it streams a recorded reply")
+    p.add_argument("--serve-replay", type=Path, help=argparse.SUPPRESS)  # the app's side of --replay
     p.add_argument("model_flags", nargs="*", help="flags passed to both (after --), e.g. --target T.gguf")
     args = p.parse_args(argv)
+    if args.serve_replay:
+        return serve_replay(args.serve_replay, args.model_flags)
     exe = shutil.which("skippy-tui")
     if exe is None or shutil.which("tmux") is None:
         print("needs skippy-tui (the project's venv) and tmux on PATH", file=sys.stderr)
@@ -150,24 +226,50 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="skippy-speed-") as d:
         tmp = Path(d)
         config, env = _config(tmp, args), _env(tmp)
-        app_tps, head_tps, app_wall, head_wall, ready = [], [], [], [], []
-        print(f"{'run':>4} {'headless tok/s':>15} {'app tok/s':>10} {'ratio':>6} {'app wall s':>10} {'ready s':>8}")
+        if args.replay:
+            return _replay(exe, config, env, args, (cols, rows), tmp)
+        app_tps, head_tps, ready, ui_cpu = [], [], [], []
+        head = f"{'run':>4} {'headless tok/s':>15} {'app tok/s':>10} {'ratio':>6} {'app wall s':>10} {'ready s':>8}"
+        print(head + f" {'UI cpu s':>8}")
         for i in range(args.repeats):
-            h, hw = headless(exe, config, args.model_flags, env, args.prompt)
-            a, aw, r = in_app(exe, config, args.model_flags, env, args.prompt, (cols, rows), tmp)
+            h, _ = headless(exe, config, args.model_flags, env, args.prompt)
+            a, aw, r, c = in_app(exe, config, args.model_flags, env, args.prompt, (cols, rows), tmp)
             head_tps.append(h)
-            head_wall.append(hw)
             app_tps.append(a)
-            app_wall.append(aw)
             ready.append(r)
-            print(f"{i + 1:>4} {h:>15.1f} {a:>10.1f} {a / h:>6.2f} {aw:>10.1f} {r:>8.2f}", flush=True)
+            ui_cpu.append(c)
+            print(f"{i + 1:>4} {h:>15.1f} {a:>10.1f} {a / h:>6.2f} {aw:>10.1f} {r:>8.2f} {c:>8.2f}", flush=True)
         mh, ma = statistics.median(head_tps), statistics.median(app_tps)
         print(
             f"median: headless {mh:.1f} tok/s, app {ma:.1f} tok/s, app/headless {ma / mh:.3f} "
             f"(k={args.n_draft}, {args.max_tokens} tokens, T={args.temperature}, {cols}x{rows}, "
             f"yield_cpu {args.yield_cpu}, "
-            f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}); launch to ready {statistics.median(ready):.2f} s"
+            f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}); launch to ready {statistics.median(ready):.2f} s; "
+            f"UI thread {statistics.median(ui_cpu):.2f} s of CPU per reply"
         )
+    return 0
+
+
+def _replay(
+    exe: str, config: Path, env: dict[str, str], args: argparse.Namespace, size: tuple[int, int], tmp: Path
+) -> int:
+    events = tmp / "reply.jsonl"
+    record(exe, config, args.model_flags, env, args.prompt, events)
+    with config.open("a") as f:
+        f.write('engine = "thread"\n')  # in-process, where the replaying engine is patched in
+    app = [sys.executable, str(Path(__file__).resolve()), "--serve-replay", str(events), "--"]
+    cpus, walls = [], []
+    print(f"{'run':>4} {'reply wall s':>12} {'UI cpu s':>8} {'UI share':>8}")
+    for i in range(args.repeats):
+        _, wall, _, cpu = in_app(app, config, args.model_flags, env, args.prompt, size, tmp)
+        cpus.append(cpu)
+        walls.append(wall)
+        print(f"{i + 1:>4} {wall:>12.2f} {cpu:>8.2f} {cpu / wall:>8.2f}", flush=True)
+    print(
+        f"median: UI thread {statistics.median(cpus):.2f} s of CPU per reply streamed over "
+        f"{statistics.median(walls):.2f} s, nothing decoding ({args.max_tokens} tokens, k={args.n_draft}, "
+        f"{size[0]}x{size[1]}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f})"
+    )
     return 0
 
 
