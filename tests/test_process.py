@@ -6,6 +6,7 @@ The app-level behaviour (F3 mid-reply, Esc, a killed child, quit) is in
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import pickle
@@ -23,7 +24,7 @@ from skippy_tui.engine.errors import BoundsError, CancelledError, IncompatibleMo
 from skippy_tui.engine.events import ReplyFinished, ReplyStarted, StepVerified
 from skippy_tui.engine.loader import EngineSpec, load_speculator
 from skippy_tui.engine.native import LoadParams
-from skippy_tui.engine.process import _error_payload, _rebuild, exit_message, load_in_process
+from skippy_tui.engine.process import UI_PAUSE_MAX_S, _Child, _error_payload, _rebuild, exit_message, load_in_process
 from skippy_tui.engine.settings import GenerationSettings, ModelSpec, SpeculationSettings
 
 MESSAGES = [{"role": "user", "content": "Name three colours."}]
@@ -133,6 +134,21 @@ def test_a_reply_in_the_child_equals_the_reply_in_process(
         fin = list(proxy.run(MESSAGES, gen))[-1]
         assert fin.token_ids == expected[-1].token_ids  # k=2 from empty caches: the same greedy reply
 
+        # the app's UI handling input: the child waits after its next step; here nobody says the
+        # input was answered, so it waits UI_PAUSE_MAX_S and then clears the flag itself
+        proxy.forget()
+        stamps: list[float] = []
+        for ev in proxy.run(MESSAGES, GenerationSettings(max_tokens=120)):
+            if isinstance(ev, StepVerified):
+                stamps.append(time.monotonic())
+                if len(stamps) == 4:
+                    proxy.ui_input(True)
+        gaps = [b - a for a, b in itertools.pairwise(stamps)]
+        assert len(gaps) >= 7, "the reply is long enough to see the pause"
+        before = sorted(gaps[:3])[1]
+        assert max(gaps[3:6]) >= before + 0.15, (before, gaps[3:6])  # one step in flight, then the pause
+        assert not proxy._ui_input.is_set()
+
         # killed mid-reply
         def kill() -> None:
             time.sleep(0.3)
@@ -186,3 +202,21 @@ if __name__ == "__main__":
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120, env=env)
     assert out.stdout.startswith("ModelFileError: model file not found"), out.stdout + out.stderr
+
+
+def test_the_child_waits_for_the_ui_until_it_answers_or_the_time_is_up() -> None:
+    flag = threading.Event()
+    child = _Child(conn=None, ui_input=flag)  # type: ignore[arg-type]
+    t = time.monotonic()
+    child.make_room()  # nothing to wait for
+    assert time.monotonic() - t < 0.05
+    flag.set()
+    threading.Timer(0.1, flag.clear).start()
+    t = time.monotonic()
+    child.make_room()
+    assert 0.09 <= time.monotonic() - t < UI_PAUSE_MAX_S
+    flag.set()  # never answered: waits the longest, then clears the flag so later steps go on
+    t = time.monotonic()
+    child.make_room()
+    assert time.monotonic() - t >= UI_PAUSE_MAX_S - 0.01 and not flag.is_set()
+    _Child(conn=None).make_room()  # type: ignore[arg-type]  # no app flag (an in-process caller)

@@ -54,6 +54,9 @@ STATE_EVERY_S = 0.25
 """How often the child sends its state during a reply (the status bar's verdict, n_past)."""
 
 POLL_S = 0.05
+UI_PAUSE_MAX_S = 0.25
+"""The longest the child waits between two steps for the app's UI to handle input (s)."""
+UI_PAUSE_POLL_S = 0.002
 """How often the parent checks a reply's cancel flag and live sampling while it waits."""
 
 CANCEL_GRACE_S = 5.0
@@ -164,8 +167,9 @@ class _ChildGeneration:
 class _Child:
     """The child's side: the speculator, the pipe reader thread, and the main loop."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, ui_input: Any = None) -> None:
         self.conn = conn
+        self.ui_input = ui_input  # a multiprocessing Event: set while the app's UI handles input
         self.send_lock = threading.Lock()
         self.jobs: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self.load_cancel = threading.Event()
@@ -250,17 +254,35 @@ class _Child:
                     last = now
                     self.send("state", _state(self.spec))
                 self.send("event", rid, ev)
+                if isinstance(ev, StepVerified):
+                    self.make_room()
         except Exception as e:  # the engine never raises on purpose; say it rather than die
             self.send("state", _state(self.spec))
             self.send("event", rid, failed(f"{type(e).__name__}: {e}", self.spec.n_past))
 
+    def make_room(self) -> None:
+        """Between two steps, wait while the app's UI handles a key or a click (at most
+        :data:`UI_PAUSE_MAX_S`). On a CPU build the engine's threads fill every core and
+        the UI runs at nice 19 (ui/priority.py): without the pause a key waited 1-2 s for
+        the UI thread to get a core; a step boundary is where stopping costs the least."""
+        flag = self.ui_input
+        if flag is None or not flag.is_set():
+            return
+        deadline = time.monotonic() + UI_PAUSE_MAX_S
+        while flag.is_set():
+            if time.monotonic() >= deadline:  # an answer that never came must not slow every step
+                flag.clear()
+                break
+            time.sleep(UI_PAUSE_POLL_S)
 
-def _child_main(conn: Connection, spec: EngineSpec) -> None:
-    """The child process: load ``spec`` and serve commands until ``close`` or the pipe closes."""
+
+def _child_main(conn: Connection, spec: EngineSpec, ui_input: Any = None) -> None:
+    """The child process: load ``spec`` and serve commands until ``close`` or the pipe closes.
+    ``ui_input``: the Event the app sets while its UI handles input (:meth:`_Child.make_room`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the app's to handle
     with contextlib.suppress(OSError):
         os.dup2(2, 1)  # stdout is the app's terminal: anything printed goes where stderr goes
-    _Child(conn).serve(spec)
+    _Child(conn, ui_input).serve(spec)
 
 
 # -- the parent --------------------------------------------------------------------------
@@ -280,9 +302,10 @@ class ProcessSpeculator:
 
     separate_process = True
 
-    def __init__(self, process: Any, conn: Connection, static: Static, state: State) -> None:
+    def __init__(self, process: Any, conn: Connection, static: Static, state: State, ui_input: Any = None) -> None:
         self._process = process
         self._conn = conn
+        self._ui_input = ui_input
         self._send_lock = threading.Lock()
         self._events: queue.Queue[tuple[int, Event] | None] = queue.Queue()
         self._requests: dict[int, tuple[threading.Event, list[Any]]] = {}
@@ -307,6 +330,13 @@ class ProcessSpeculator:
         """Native ids of this process's threads that only pass the child's messages on
         (the pipe reader): an app may lower their CPU priority (ui/priority.py)."""
         return (self._reader.native_id,) if self._reader.native_id is not None else ()
+
+    def ui_input(self, busy: bool) -> None:
+        """Say that the app's UI is handling input (``busy``) or is done with it. While
+        busy, the child waits between two steps (at most :data:`UI_PAUSE_MAX_S`) so
+        that a UI thread at a low CPU priority gets a core. Safe from any thread."""
+        if self._ui_input is not None:
+            (self._ui_input.set if busy else self._ui_input.clear)()
 
     @property
     def lost(self) -> str:
@@ -519,7 +549,8 @@ def load_in_process(
     ctx = multiprocessing.get_context("spawn")
     _start_resource_tracker()
     conn, child_conn = ctx.Pipe()
-    process = ctx.Process(target=_child_main, args=(child_conn, spec), name="skippy-engine", daemon=True)
+    ui_input = ctx.Event()
+    process = ctx.Process(target=_child_main, args=(child_conn, spec, ui_input), name="skippy-engine", daemon=True)
     process.start()
     child_conn.close()  # the child holds the only other end: its exit reads as EOF here
     cancelled_at: float | None = None
@@ -545,7 +576,7 @@ def load_in_process(
                 process.join(2.0)
                 raise _rebuild(msg[1])
             elif msg[0] == "loaded":
-                loaded = ProcessSpeculator(process, conn, msg[1], msg[2])
+                loaded = ProcessSpeculator(process, conn, msg[1], msg[2], ui_input)
                 if cancelled_at is not None or cancelled():  # too late for the child to stop
                     loaded.close()
                     raise CancelledError("model load cancelled")

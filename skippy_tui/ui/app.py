@@ -198,6 +198,32 @@ class SkippyApp(
     def prompt(self) -> PromptInput:
         return self.query_one(PromptInput)
 
+    # -- input while the engine decodes (ui/priority.py) ---------------------------------------
+
+    def get_driver_class(self) -> type[Any]:
+        from .priority import room_making_driver
+
+        return room_making_driver(super().get_driver_class(), self._input_arrived)
+
+    def _input_arrived(self) -> None:
+        """Textual's input thread, on a key, click, scroll or paste: an engine process waits
+        between steps until the UI has answered (``on_event`` says when)."""
+        make_room = getattr(self.speculator, "ui_input", None)
+        if self.generating and make_room is not None:
+            make_room(True)
+
+    async def on_event(self, event: events.Event) -> None:
+        from .priority import INPUT_EVENTS
+
+        if isinstance(event, INPUT_EVENTS) and self.generating:
+            self.call_after_refresh(self._input_answered)  # after the event's handlers and a redraw
+        await super().on_event(event)
+
+    def _input_answered(self) -> None:
+        make_room = getattr(self.speculator, "ui_input", None)
+        if make_room is not None:
+            make_room(False)
+
     async def on_mount(self) -> None:
         if self._yield_cpu:  # before any worker starts: the engine's threads must keep their priority
             from .priority import relay_executor, yield_cpu_to_engine

@@ -1,4 +1,5 @@
-"""The UI yields the CPU to the engine: its threads run at the lowest priority.
+"""The UI yields the CPU to the engine: its threads run at the lowest priority,
+and the engine makes room for the UI when the user acts.
 
 On a CPU build the engine's llama.cpp threads use every core, and each decode
 ends at a barrier: when the UI thread (rendering, layout) takes a core, one
@@ -28,6 +29,13 @@ with the UI at nice 19, 0.927–0.968 (median 0.95) with the relays at nice 19 t
 seven runs, but it starved the UI while decoding (quitting mid-reply took 4.6 s,
 median of 6, against 1.5 s at nice 19, the UI working through its backlog of the
 reply's events): not kept.
+
+At nice 19 the UI thread still waited 1-2 s for a core when a key came in while
+the engine decoded. So the input thread, which only reads the terminal, says so
+at once (:func:`room_making_driver`), and an engine process waits between two
+steps until the UI has handled the input and redrawn (at most 0.25 s:
+engine/process.py). Typing or clicking costs the engine a pause per event;
+mouse moves do not count.
 """
 
 from __future__ import annotations
@@ -36,13 +44,36 @@ import asyncio
 import os
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+
+from textual import events
+from textual.driver import Driver
 
 ENGINE_THREADS = 4
 """Worker threads kept at normal priority (loading, generation and a spare or two)."""
 
 UI_NICE = 19
+
+INPUT_EVENTS = (
+    events.Key, events.Paste, events.MouseDown, events.MouseUp, events.MouseScrollDown, events.MouseScrollUp,
+)  # fmt: skip
+"""What the user does that the UI must answer now (mouse moves and hovering are not)."""
+
+
+def room_making_driver(base: type[Driver], on_input: Callable[[], None]) -> type[Driver]:
+    """``base`` whose input thread calls ``on_input`` before it passes on a key, a click,
+    a scroll or a paste (:data:`INPUT_EVENTS`). The input thread only waits on the
+    terminal, so it runs as soon as the user acts, even at nice 19."""
+
+    class RoomMakingDriver(base):  # type: ignore[misc,valid-type]
+        def process_message(self, message: events.Message) -> None:  # type: ignore[override]
+            if isinstance(message, INPUT_EVENTS):
+                on_input()
+            super().process_message(message)
+
+    RoomMakingDriver.__name__ = RoomMakingDriver.__qualname__ = f"RoomMaking{base.__name__}"
+    return RoomMakingDriver
 
 
 def lower_threads(native_ids: Iterable[int], nice: int = UI_NICE) -> bool:

@@ -83,3 +83,25 @@ def test_an_engine_process_keeps_its_priority_and_its_relays_yield_as_the_ui_doe
     engine, reader, relay, reason = out.stdout.split()[-4:]
     assert int(engine) < 19 and reason in ("eos", "max_tokens")
     assert reader == "19" and relay == "19"
+
+
+def test_the_input_thread_makes_room_for_keys_clicks_scrolls_and_pastes_not_moves() -> None:
+    from textual import events
+
+    from skippy_tui.ui.priority import room_making_driver
+
+    class Base:  # the platform driver's part that matters: it passes each event on
+        def __init__(self) -> None:
+            self.passed: list[object] = []
+
+        def process_message(self, message: object) -> None:
+            self.passed.append(message)
+
+    calls: list[int] = []
+    driver = room_making_driver(Base, lambda: calls.append(len(driver.passed)))()  # type: ignore[arg-type]
+    mouse = dict(widget=None, x=1, y=1, delta_x=0, delta_y=0, button=1, shift=False, meta=False, ctrl=False)
+    acts = [events.Key("escape", None), events.Paste("x"), events.MouseDown(**mouse), events.MouseScrollUp(**mouse)]
+    for event in [events.MouseMove(**mouse), *acts, events.Resize.from_dimensions((80, 24), None)]:
+        driver.process_message(event)
+    assert calls == [1, 2, 3, 4]  # each act before it is passed on; moves and resizes never
+    assert len(driver.passed) == 6 and type(driver).__name__ == "RoomMakingBase"
