@@ -54,10 +54,12 @@ STATE_EVERY_S = 0.25
 """How often the child sends its state during a reply (the status bar's verdict, n_past)."""
 
 POLL_S = 0.05
+"""How often the parent checks a reply's cancel flag and live sampling while it waits."""
+
 UI_PAUSE_MAX_S = 0.25
 """The longest the child waits between two steps for the app's UI to handle input (s)."""
 UI_PAUSE_POLL_S = 0.002
-"""How often the parent checks a reply's cancel flag and live sampling while it waits."""
+"""How often the child looks whether the UI is done meanwhile (s)."""
 
 CANCEL_GRACE_S = 5.0
 """How long a cancelled reply or load may take to end before the child is killed."""
