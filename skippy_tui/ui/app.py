@@ -215,8 +215,9 @@ class SkippyApp(
     async def on_event(self, event: events.Event) -> None:
         from .priority import INPUT_EVENTS
 
-        if isinstance(event, INPUT_EVENTS) and self.generating:
-            self.call_after_refresh(self._input_answered)  # after the event's handlers and a redraw
+        if isinstance(event, INPUT_EVENTS) and getattr(self.speculator, "ui_input", None) is not None:
+            # after the event's handlers and a redraw (also when the reply ended meanwhile)
+            self.call_after_refresh(self._input_answered)
         await super().on_event(event)
 
     def _input_answered(self) -> None:
