@@ -31,7 +31,7 @@ def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or between open and read
         return False
 
 
@@ -214,12 +214,14 @@ def _children() -> list[int]:
     out = []
     for d in os.listdir("/proc"):
         if d.isdigit():
-            try:
+            try:  # a process may end between any two reads
                 with open(f"/proc/{d}/stat", encoding="ascii") as f:
                     fields = f.read().rsplit(")", 1)[1].split()
+                ours = fields[1] == me and fields[0] != "Z"
+                engine = ours and b"spawn_main" in Path(f"/proc/{d}/cmdline").read_bytes()
             except OSError:
                 continue
-            if fields[1] == me and fields[0] != "Z" and b"spawn_main" in Path(f"/proc/{d}/cmdline").read_bytes():
+            if engine:
                 out.append(int(d))
     return out
 
