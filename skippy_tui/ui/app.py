@@ -47,6 +47,7 @@ from .help import HelpScreen
 from .layout import LayoutMixin, MainArea
 from .loading import LoadingMixin
 from .panel import SpeculationPanel
+from .priority import INPUT_EVENTS, relay_executor, room_making_driver, yield_cpu_to_engine
 from .prompt import PromptInput
 from .replies import ReplyViewMixin
 from .status import StatusBar, StatusMixin
@@ -201,36 +202,36 @@ class SkippyApp(
     # -- input while the engine decodes (ui/priority.py) ---------------------------------------
 
     def get_driver_class(self) -> type[Any]:
-        from .priority import room_making_driver
-
         return room_making_driver(super().get_driver_class(), self._input_arrived)
+
+    @property
+    def _engine_room(self) -> Callable[[bool], None] | None:
+        """The engine's ``ui_input`` (an engine process pauses between steps while it is
+        told the UI is busy), or None for an engine that does not pause."""
+        return getattr(self.speculator, "ui_input", None)
 
     def _input_arrived(self) -> None:
         """Textual's input thread, on a key, click, scroll or paste: an engine process waits
         between steps until the UI has answered (``on_event`` says when)."""
-        make_room = getattr(self.speculator, "ui_input", None)
-        if self.generating and make_room is not None:
-            make_room(True)
+        room = self._engine_room
+        if self.generating and room is not None:
+            room(True)
 
     async def on_event(self, event: events.Event) -> None:
-        from .priority import INPUT_EVENTS
-
-        if isinstance(event, INPUT_EVENTS) and getattr(self.speculator, "ui_input", None) is not None:
+        if isinstance(event, INPUT_EVENTS) and self._engine_room is not None:
             # after the event's handlers and a redraw (also when the reply ended meanwhile)
             self.call_after_refresh(self._input_answered)
         await super().on_event(event)
 
     def _input_answered(self) -> None:
-        make_room = getattr(self.speculator, "ui_input", None)
-        if make_room is not None:
-            make_room(False)
+        room = self._engine_room
+        if room is not None:
+            room(False)
 
     async def on_mount(self) -> None:
-        if self._yield_cpu:  # before any worker starts: the engine's threads must keep their priority
-            from .priority import relay_executor, yield_cpu_to_engine
-
-            if yield_cpu_to_engine(asyncio.get_running_loop()):
-                self._relay = relay_executor()
+        # before any worker starts: the engine's threads must keep their priority
+        if self._yield_cpu and yield_cpu_to_engine(asyncio.get_running_loop()):
+            self._relay = relay_executor()
         themes, self._theme_errors = load_themes()
         for theme in themes:
             self.register_theme(theme)
