@@ -25,6 +25,7 @@ from .native import Context, LoadParams, Model
 from .repack import repack_crash
 from .settings import ModelSpec, SpeculationSettings, validate_load_params
 from .speculator import Speculator
+from .threads import thread_wait_note
 
 Progress = Callable[[str, float], None]
 """``progress(stage, fraction)``: stage is a short human phrase, fraction in [0, 1]."""
@@ -181,6 +182,8 @@ def load_speculator(spec: EngineSpec, progress: Progress = _noop, cancelled: Cal
     speculator.no_rollback = no_rollback
     if speculator.n_ctx != spec.target.load.n_ctx:  # llama.cpp pads the KV cache
         notes.append(f"llama.cpp rounded n_ctx {spec.target.load.n_ctx} to {speculator.n_ctx} tokens")
+    if slow := thread_wait_note():
+        notes.append(slow)
     speculator.load_note = "; ".join(notes)
     if spec.speculation.exact:
         rows, load, cache = probe_rows(spec.speculation.k_limit), spec.target.load, spec.cache_dir
