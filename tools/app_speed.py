@@ -6,12 +6,15 @@ reply's figures from the transcript the app autosaves, and runs ``skippy-tui run
 --json`` on the same settings; app and headless alternate, ``--repeats`` times.
 Prints each run's tokens/s (the engine's own figure: committed tokens over the
 steps' time, prefill excluded), the wall-clock time from Enter to the saved
-reply, the medians and app/headless.
+reply, the medians and app/headless. A last headless run closes the series, so
+each app run also gets a ratio to the mean of the headless runs either side of
+it (the median of those drifts less when the machine changes speed mid-series).
 
     python tools/app_speed.py                      # 512 tokens, k=4, greedy, 3 repeats, 150x42
     python tools/app_speed.py --n-draft auto --temperature 0.8 --seed 1
     python tools/app_speed.py -- --target T.gguf --draft D.gguf   # any model flags after --
     python tools/app_speed.py --replay             # the UI's own cost, no decoding (below)
+    python tools/app_speed.py --app-env OMP_WAIT_POLICY=active   # a setting for the app alone
 
 Each run also prints the CPU time of the app's UI thread from Enter to the saved
 reply. With ``--replay`` nothing decodes in the app: one reply is recorded
@@ -36,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 PROMPT = "Write a detailed essay about the history of the printing press."
@@ -121,14 +124,17 @@ def in_app(
     prompt: str,
     size: tuple[int, int],
     tmp: Path,
+    app_env: Sequence[str] = (),
 ) -> tuple[float, float, float, float]:
     """(tokens/s, wall s from Enter to the saved reply, launch-to-ready s, UI thread CPU s
-    over that wall time) of one reply in the app (``exe``: the command that starts it)."""
+    over that wall time) of one reply in the app (``exe``: the command that starts it;
+    ``app_env``: ``NAME=VALUE`` settings for the app alone)."""
     tdir = tmp / "transcripts"
     shutil.rmtree(tdir, ignore_errors=True)
     session = f"skippy-speed-{os.getpid()}"
     cmd = " ".join(shlex.quote(c) for c in [*([exe] if isinstance(exe, str) else exe), "--config", str(config), *extra])
     envs = [f"{k}={shlex.quote(env[k])}" for k in ("XDG_STATE_HOME", "XDG_DATA_HOME")]
+    envs += [shlex.quote(e) for e in app_env]
     t_launch = time.perf_counter()
     shell = f"env {' '.join(envs)} {cmd}"
     subprocess.run(
@@ -212,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", default="150x42", help="terminal size COLSxROWS")
     p.add_argument("--prompt", default=PROMPT)
     p.add_argument("--equal-priority", dest="yield_cpu", action="store_false", help="the app's [ui] yield_cpu = false")
+    p.add_argument(
+        "--app-env", action="append", default=[], metavar="NAME=VALUE", help="an environment setting for the app alone"
+    )
     p.add_argument("--replay", action="store_true", help="the app decodes nothing: it streams a recorded reply")
     p.add_argument("--serve-replay", type=Path, help=argparse.SUPPRESS)  # the app's side of --replay
     p.add_argument("model_flags", nargs="*", help="flags passed to both (after --), e.g. --target T.gguf")
@@ -233,12 +242,17 @@ def main(argv: list[str] | None = None) -> int:
         print(head + f" {'UI cpu s':>8}")
         for i in range(args.repeats):
             h, _ = headless(exe, config, args.model_flags, env, args.prompt)
-            a, aw, r, c = in_app(exe, config, args.model_flags, env, args.prompt, (cols, rows), tmp)
+            a, aw, r, c = in_app(exe, config, args.model_flags, env, args.prompt, (cols, rows), tmp, args.app_env)
             head_tps.append(h)
             app_tps.append(a)
             ready.append(r)
             ui_cpu.append(c)
             print(f"{i + 1:>4} {h:>15.1f} {a:>10.1f} {a / h:>6.2f} {aw:>10.1f} {r:>8.2f} {c:>8.2f}", flush=True)
+        # one more headless run, so that every app run sits between two (the machine drifts)
+        h, _ = headless(exe, config, args.model_flags, env, args.prompt)
+        head_tps.append(h)
+        print(f"{'':>4} {h:>15.1f}", flush=True)
+        bracketed = [a / ((head_tps[i] + head_tps[i + 1]) / 2) for i, a in enumerate(app_tps)]
         mh, ma = statistics.median(head_tps), statistics.median(app_tps)
         print(
             f"median: headless {mh:.1f} tok/s, app {ma:.1f} tok/s, app/headless {ma / mh:.3f} "
@@ -246,6 +260,10 @@ def main(argv: list[str] | None = None) -> int:
             f"yield_cpu {args.yield_cpu}, "
             f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}); launch to ready {statistics.median(ready):.2f} s; "
             f"UI thread {statistics.median(ui_cpu):.2f} s of CPU per reply"
+        )
+        print(
+            f"each app run over the headless runs either side of it: median {statistics.median(bracketed):.3f} "
+            f"(min {min(bracketed):.3f}, max {max(bracketed):.3f})"
         )
     return 0
 
