@@ -1,4 +1,4 @@
-"""The engine in a child process (engine/process.py): errors, load, cancel, a reply, exit.
+"""The engine in a child process (engine/process.py, engine/child.py): errors, load, cancel, a reply, exit.
 
 The app-level behaviour (F3 mid-reply, Esc, a killed child, quit) is in
 ``tests/ui/test_app_process.py``; here the proxy is driven directly.
@@ -20,12 +20,14 @@ from pathlib import Path
 import pytest
 from helpers import EXACT
 
+from skippy_tui.engine.child import UI_PAUSE_MAX_S, EngineChild
 from skippy_tui.engine.errors import BoundsError, CancelledError, IncompatibleModelsError, ModelFileError, SkippyError
 from skippy_tui.engine.events import ReplyFinished, ReplyStarted, StepVerified
 from skippy_tui.engine.loader import EngineSpec, load_speculator
 from skippy_tui.engine.native import LoadParams
-from skippy_tui.engine.process import UI_PAUSE_MAX_S, _Child, _error_payload, _rebuild, exit_message, load_in_process
+from skippy_tui.engine.process import load_in_process
 from skippy_tui.engine.settings import GenerationSettings, ModelSpec, SpeculationSettings
+from skippy_tui.engine.wire import error_payload, exit_message, rebuild_error
 
 MESSAGES = [{"role": "user", "content": "Name three colours."}]
 
@@ -45,7 +47,7 @@ def _engines() -> list[multiprocessing.process.BaseProcess]:
     ],
 )
 def test_an_error_crosses_the_pipe_as_raised(error: Exception) -> None:
-    back = _rebuild(pickle.loads(pickle.dumps(_error_payload(error))))
+    back = rebuild_error(pickle.loads(pickle.dumps(error_payload(error))))
     # the app's dialogs depend on the type (SkippyError: shown as is) and the message
     assert type(back) is (type(error) if isinstance(error, SkippyError) else SkippyError)
     assert str(back) == str(error)
@@ -206,7 +208,7 @@ if __name__ == "__main__":
 
 def test_the_child_waits_for_the_ui_until_it_answers_or_the_time_is_up() -> None:
     flag = threading.Event()
-    child = _Child(conn=None, ui_input=flag)  # type: ignore[arg-type]
+    child = EngineChild(conn=None, ui_input=flag)  # type: ignore[arg-type]
     t = time.monotonic()
     child.make_room()  # nothing to wait for
     assert time.monotonic() - t < 0.05
@@ -219,4 +221,4 @@ def test_the_child_waits_for_the_ui_until_it_answers_or_the_time_is_up() -> None
     t = time.monotonic()
     child.make_room()
     assert time.monotonic() - t >= UI_PAUSE_MAX_S - 0.01 and not flag.is_set()
-    _Child(conn=None).make_room()  # type: ignore[arg-type]  # no app flag (an in-process caller)
+    EngineChild(conn=None).make_room()  # type: ignore[arg-type]  # no app flag (an in-process caller)

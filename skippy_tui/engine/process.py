@@ -10,18 +10,8 @@ raises the same error, and the attributes the status bar reads are a snapshot
 the child sends after load, after each command and a few times a second during a
 reply.
 
-Wire format: tuples ``(kind, *payload)``, pickled by :mod:`multiprocessing`.
-Parent to child: ``run``, ``sampling``, ``cancel``, ``abort``, ``update``,
-``forget``, ``cancel_load``, ``close``. Child to parent: ``progress``,
-``loaded``, ``load_error``, ``event``, ``state``, ``updated``. The child reads
-the pipe on a thread of its own, so a cancel, an abort, an F3 update or a new
-sampling reaches a reply that is running; ``run``, ``forget`` and ``close`` are
-queued for its main thread, in order.
-
-The child's stdout goes to its stderr, which it inherits from the app (there,
-the log file: ``ui/launch.py``), so nothing it prints lands on the screen. It
-ignores SIGINT (the app handles quitting) and exits when the pipe closes, so a
-killed app leaves no orphan.
+The messages are in engine/wire.py, the child's side in engine/child.py; this
+module is the app's side: the stand-in and the load that starts the child.
 """
 
 from __future__ import annotations
@@ -32,34 +22,23 @@ import itertools
 import multiprocessing
 import os
 import queue
-import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from .child import child_main
 from .errors import CancelledError, SkippyError
 from .events import Event, ReplyFinished, ReplyStarted, StepVerified
-from .gguf_info import ModelInfo
-from .invariance import Invariance
 from .loader import EngineSpec, Progress
-from .sampling import SamplingParams
 from .settings import GenerationSettings, SpeculationSettings
 from .step import failed
-
-STATE_EVERY_S = 0.25
-"""How often the child sends its state during a reply (the status bar's verdict, n_past)."""
+from .wire import State, Static, exit_message, rebuild_error
 
 POLL_S = 0.05
 """How often the parent checks a reply's cancel flag and live sampling while it waits."""
-
-UI_PAUSE_MAX_S = 0.25
-"""The longest the child waits between two steps for the app's UI to handle input (s)."""
-UI_PAUSE_POLL_S = 0.002
-"""How often the child looks whether the UI is done meanwhile (s)."""
 
 CANCEL_GRACE_S = 5.0
 """How long a cancelled reply or load may take to end before the child is killed."""
@@ -76,220 +55,6 @@ def _noop(stage: str, fraction: float) -> None:
     pass
 
 
-# -- errors across the pipe ------------------------------------------------------------
-
-
-def _error_payload(e: BaseException) -> tuple[type[BaseException], str, dict[str, Any]]:
-    """An exception as (type, message, attributes): BoundsError's __init__ takes three
-    arguments, so pickling the exception itself would fail to rebuild it."""
-    attrs = {k: v for k, v in vars(e).items() if not k.startswith("_")}
-    return (type(e) if isinstance(e, SkippyError) else SkippyError), str(e), attrs
-
-
-def _rebuild(payload: tuple[type[BaseException], str, dict[str, Any]]) -> BaseException:
-    """The exception :func:`_error_payload` described: same type, message and attributes."""
-    cls, message, attrs = payload
-    e = cls.__new__(cls)
-    Exception.__init__(e, message)
-    e.__dict__.update(attrs)
-    return e
-
-
-def exit_message(exitcode: int | None) -> str:
-    """One line for a child that ended: ``the engine process exited (signal 9)``."""
-    if exitcode is None:
-        return "the engine process stopped answering"
-    if exitcode < 0:
-        return f"the engine process exited (signal {-exitcode})"
-    return f"the engine process exited (code {exitcode})"
-
-
-# -- what the child tells the parent about its speculator --------------------------------
-
-
-@dataclass(frozen=True)
-class DrafterView:
-    """What the app reads of a drafter: ``source`` (model, ngram, ngram+model, auto)."""
-
-    source: str
-
-
-@dataclass(frozen=True)
-class Static:
-    """What does not change after load."""
-
-    target_info: ModelInfo | None
-    draft_info: ModelInfo | None
-    n_ctx: int
-    no_rollback: str
-    load_note: str
-    backend: str
-
-
-@dataclass(frozen=True)
-class State:
-    """What a command or a step may change."""
-
-    n_past: int
-    speculation: SpeculationSettings
-    drafter: DrafterView | None
-    invariance: Invariance | None
-    verdict: float | None
-    remote: str  # the RPC devices in use (``RPC0@host:port``…), or ""
-    lost: str  # why an RPC server the models use is lost, or ""
-
-
-def _static(spec: Any) -> Static:
-    from .native_devices import backend_name
-
-    return Static(spec.target_info, spec.draft_info, spec.n_ctx, spec.no_rollback, spec.load_note, backend_name())
-
-
-def _state(spec: Any) -> State:
-    from .rpc import remote_label, speculator_lost
-
-    remote, lost = remote_label(spec), speculator_lost(spec)
-    drafter = DrafterView(spec.drafter.source) if spec.drafter is not None else None
-    return State(spec.n_past, spec.speculation, drafter, spec.invariance, spec.verdict(), remote, lost)
-
-
-# -- the child ---------------------------------------------------------------------------
-
-
-class _ChildGeneration:
-    """The reply's settings in the child; the pipe reader replaces ``sampling`` (F3 mid-reply),
-    and the engine reads it afresh at every step."""
-
-    def __init__(self, max_tokens: int, stop: Sequence[str], sampling: SamplingParams) -> None:
-        self.max_tokens = max_tokens
-        self.stop = tuple(stop)
-        self.sampling = sampling
-
-
-class _Child:
-    """The child's side: the speculator, the pipe reader thread, and the main loop."""
-
-    def __init__(self, conn: Connection, ui_input: Any = None) -> None:
-        self.conn = conn
-        self.ui_input = ui_input  # a multiprocessing Event: set while the app's UI handles input
-        self.send_lock = threading.Lock()
-        self.jobs: queue.Queue[tuple[Any, ...]] = queue.Queue()
-        self.load_cancel = threading.Event()
-        self.spec: Any = None
-        self.loaded = threading.Event()
-        self.reply: tuple[int, _ChildGeneration, threading.Event] | None = None
-
-    def send(self, *msg: Any) -> None:
-        with self.send_lock:
-            self.conn.send(msg)
-
-    def read(self) -> None:
-        """The pipe reader: commands that act on a running reply act here; the rest queue."""
-        try:
-            while True:
-                msg = self.conn.recv()
-                kind = msg[0]
-                if kind == "run":
-                    _, rid, messages, max_tokens, stop, sampling = msg
-                    self.reply = (rid, _ChildGeneration(max_tokens, stop, sampling), threading.Event())
-                    self.jobs.put(("run", self.reply, messages))
-                elif kind == "sampling":
-                    if self.reply is not None and self.reply[0] == msg[1]:
-                        self.reply[1].sampling = msg[2]
-                elif kind == "cancel":
-                    if self.reply is not None and self.reply[0] == msg[1]:
-                        self.reply[2].set()
-                elif kind == "abort":
-                    if self.reply is not None:
-                        self.reply[2].set()
-                    if self.spec is not None:
-                        self.spec.abort()
-                elif kind == "cancel_load":
-                    self.load_cancel.set()
-                elif kind == "update":
-                    self.update(msg[1], msg[2])
-                else:  # forget, close
-                    self.jobs.put(msg)
-        except (EOFError, OSError):  # the app is gone: so is this process
-            os._exit(0)
-
-    def update(self, request: int, changes: dict[str, Any]) -> None:
-        self.loaded.wait()
-        try:
-            settings = self.spec.update(**changes)
-        except Exception as e:  # SkippyError and anything unexpected: the caller raises it
-            self.send("updated", request, None, _error_payload(e), _state(self.spec))
-            return
-        self.send("updated", request, settings, None, _state(self.spec))
-
-    def serve(self, spec: EngineSpec) -> None:
-        from .loader import load_speculator
-
-        threading.Thread(target=self.read, name="skippy-pipe", daemon=True).start()
-        try:
-            self.spec = load_speculator(spec, lambda s, f: self.send("progress", s, f), self.load_cancel.is_set)
-        except BaseException as e:
-            self.send("load_error", _error_payload(e))
-            return
-        self.loaded.set()
-        self.send("loaded", _static(self.spec), _state(self.spec))
-        while True:
-            job = self.jobs.get()
-            if job[0] == "close":
-                break
-            if job[0] == "forget":
-                self.spec.forget()
-                self.send("state", _state(self.spec))
-            elif job[0] == "run":
-                self.run(*job[1:])
-        self.spec.close()
-        self.send("closed")
-
-    def run(self, reply: tuple[int, _ChildGeneration, threading.Event], messages: list[dict[str, str]]) -> None:
-        rid, gen, cancel = reply
-        last = time.monotonic()
-        try:
-            for ev in self.spec.run(messages, gen, cancel):
-                now = time.monotonic()
-                # the state before the last event: the app reads it (n_past, lost) as the reply ends
-                if isinstance(ev, ReplyFinished) or now - last >= STATE_EVERY_S:
-                    last = now
-                    self.send("state", _state(self.spec))
-                self.send("event", rid, ev)
-                if isinstance(ev, StepVerified):
-                    self.make_room()
-        except Exception as e:  # the engine never raises on purpose; say it rather than die
-            self.send("state", _state(self.spec))
-            self.send("event", rid, failed(f"{type(e).__name__}: {e}", self.spec.n_past))
-
-    def make_room(self) -> None:
-        """Between two steps, wait while the app's UI handles a key or a click (at most
-        :data:`UI_PAUSE_MAX_S`). On a CPU build the engine's threads fill every core and
-        the UI runs at nice 19 (ui/priority.py): without the pause a key waited 1-2 s for
-        the UI thread to get a core; a step boundary is where stopping costs the least."""
-        flag = self.ui_input
-        if flag is None or not flag.is_set():
-            return
-        deadline = time.monotonic() + UI_PAUSE_MAX_S
-        while flag.is_set():
-            if time.monotonic() >= deadline:  # an answer that never came must not slow every step
-                flag.clear()
-                break
-            time.sleep(UI_PAUSE_POLL_S)
-
-
-def _child_main(conn: Connection, spec: EngineSpec, ui_input: Any = None) -> None:
-    """The child process: load ``spec`` and serve commands until ``close`` or the pipe closes.
-    ``ui_input``: the Event the app sets while its UI handles input (:meth:`_Child.make_room`)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the app's to handle
-    with contextlib.suppress(OSError):
-        os.dup2(2, 1)  # stdout is the app's terminal: anything printed goes where stderr goes
-    _Child(conn, ui_input).serve(spec)
-
-
-# -- the parent --------------------------------------------------------------------------
-
-
 class ProcessSpeculator:
     """A :class:`Speculator` running in a child process, with the surface the app uses.
 
@@ -297,7 +62,7 @@ class ProcessSpeculator:
     worker thread; ``update``, ``abort`` and the attributes from any thread.
     ``target_info``, ``draft_info``, ``n_ctx``, ``no_rollback``, ``load_note``,
     ``backend`` come with the load; ``n_past``, ``speculation``, ``drafter``
-    (a :class:`DrafterView` or None), ``invariance`` and ``verdict()`` are the
+    (a :class:`~.wire.DrafterView` or None), ``invariance`` and ``verdict()`` are the
     child's latest snapshot. A child that exits ends the reply in flight with
     ``reason="error"`` and :attr:`lost` says why.
     """
@@ -335,7 +100,7 @@ class ProcessSpeculator:
 
     def ui_input(self, busy: bool) -> None:
         """Say that the app's UI is handling input (``busy``) or is done with it. While
-        busy, the child waits between two steps (at most :data:`UI_PAUSE_MAX_S`) so
+        busy, the child waits between two steps (at most :data:`~.child.UI_PAUSE_MAX_S`) so
         that a UI thread at a low CPU priority gets a core. Safe from any thread."""
         if self._ui_input is not None:
             (self._ui_input.set if busy else self._ui_input.clear)()
@@ -408,7 +173,7 @@ class ProcessSpeculator:
             raise SkippyError(self.lost or "the engine process did not answer")
         settings, error = box
         if error is not None:
-            raise _rebuild(error)
+            raise rebuild_error(error)
         return settings
 
     def forget(self) -> None:
@@ -552,7 +317,7 @@ def load_in_process(
     _start_resource_tracker()
     conn, child_conn = ctx.Pipe()
     ui_input = ctx.Event()
-    process = ctx.Process(target=_child_main, args=(child_conn, spec, ui_input), name="skippy-engine", daemon=True)
+    process = ctx.Process(target=child_main, args=(child_conn, spec, ui_input), name="skippy-engine", daemon=True)
     process.start()
     child_conn.close()  # the child holds the only other end: its exit reads as EOF here
     cancelled_at: float | None = None
@@ -576,7 +341,7 @@ def load_in_process(
                 progress(msg[1], msg[2])
             elif msg[0] == "load_error":
                 process.join(2.0)
-                raise _rebuild(msg[1])
+                raise rebuild_error(msg[1])
             elif msg[0] == "loaded":
                 loaded = ProcessSpeculator(process, conn, msg[1], msg[2], ui_input)
                 if cancelled_at is not None or cancelled():  # too late for the child to stop

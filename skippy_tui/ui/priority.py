@@ -34,7 +34,7 @@ At nice 19 the UI thread still waited 1-2 s for a core when a key came in while
 the engine decoded. So the input thread, which only reads the terminal, says so
 at once (:func:`room_making_driver`), and an engine process waits between two
 steps until the UI has handled the input and redrawn (at most 0.25 s:
-engine/process.py). Typing or clicking costs the engine a pause per event;
+engine/child.py). Typing or clicking costs the engine a pause per event;
 mouse moves do not count.
 """
 

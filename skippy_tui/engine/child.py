@@ -1,0 +1,169 @@
+"""The engine process's side: load a :class:`Speculator` and serve the app over a pipe.
+
+The child reads the pipe on a thread of its own, so a cancel, an abort, an F3
+update or a new sampling reaches a reply that is running; ``run``, ``forget``
+and ``close`` are queued for its main thread, in order (the messages:
+engine/wire.py; the app's side: engine/process.py).
+
+Its stdout goes to its stderr, which it inherits from the app (there, the log
+file: ``ui/launch.py``), so nothing it prints lands on the screen. It ignores
+SIGINT (the app handles quitting) and exits when the pipe closes, so a killed
+app leaves no orphan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+from .events import ReplyFinished, StepVerified
+from .loader import EngineSpec
+from .sampling import SamplingParams
+from .step import failed
+from .wire import error_payload, state_of, static_of
+
+STATE_EVERY_S = 0.25
+"""How often the child sends its state during a reply (the status bar's verdict, n_past)."""
+
+UI_PAUSE_MAX_S = 0.25
+"""The longest the child waits between two steps for the app's UI to handle input (s)."""
+UI_PAUSE_POLL_S = 0.002
+"""How often the child looks whether the UI is done meanwhile (s)."""
+
+
+class ChildGeneration:
+    """The reply's settings in the child; the pipe reader replaces ``sampling`` (F3 mid-reply),
+    and the engine reads it afresh at every step."""
+
+    def __init__(self, max_tokens: int, stop: Sequence[str], sampling: SamplingParams) -> None:
+        self.max_tokens = max_tokens
+        self.stop = tuple(stop)
+        self.sampling = sampling
+
+
+class EngineChild:
+    """The child's side: the speculator, the pipe reader thread, and the main loop."""
+
+    def __init__(self, conn: Connection, ui_input: Any = None) -> None:
+        self.conn = conn
+        self.ui_input = ui_input  # a multiprocessing Event: set while the app's UI handles input
+        self.send_lock = threading.Lock()
+        self.jobs: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self.load_cancel = threading.Event()
+        self.spec: Any = None
+        self.loaded = threading.Event()
+        self.reply: tuple[int, ChildGeneration, threading.Event] | None = None
+
+    def send(self, *msg: Any) -> None:
+        with self.send_lock:
+            self.conn.send(msg)
+
+    def read(self) -> None:
+        """The pipe reader: commands that act on a running reply act here; the rest queue."""
+        try:
+            while True:
+                msg = self.conn.recv()
+                kind = msg[0]
+                if kind == "run":
+                    _, rid, messages, max_tokens, stop, sampling = msg
+                    self.reply = (rid, ChildGeneration(max_tokens, stop, sampling), threading.Event())
+                    self.jobs.put(("run", self.reply, messages))
+                elif kind == "sampling":
+                    if self.reply is not None and self.reply[0] == msg[1]:
+                        self.reply[1].sampling = msg[2]
+                elif kind == "cancel":
+                    if self.reply is not None and self.reply[0] == msg[1]:
+                        self.reply[2].set()
+                elif kind == "abort":
+                    if self.reply is not None:
+                        self.reply[2].set()
+                    if self.spec is not None:
+                        self.spec.abort()
+                elif kind == "cancel_load":
+                    self.load_cancel.set()
+                elif kind == "update":
+                    self.update(msg[1], msg[2])
+                else:  # forget, close
+                    self.jobs.put(msg)
+        except (EOFError, OSError):  # the app is gone: so is this process
+            os._exit(0)
+
+    def update(self, request: int, changes: dict[str, Any]) -> None:
+        self.loaded.wait()
+        try:
+            settings = self.spec.update(**changes)
+        except Exception as e:  # SkippyError and anything unexpected: the caller raises it
+            self.send("updated", request, None, error_payload(e), state_of(self.spec))
+            return
+        self.send("updated", request, settings, None, state_of(self.spec))
+
+    def serve(self, spec: EngineSpec) -> None:
+        from .loader import load_speculator
+
+        threading.Thread(target=self.read, name="skippy-pipe", daemon=True).start()
+        try:
+            self.spec = load_speculator(spec, lambda s, f: self.send("progress", s, f), self.load_cancel.is_set)
+        except BaseException as e:
+            self.send("load_error", error_payload(e))
+            return
+        self.loaded.set()
+        self.send("loaded", static_of(self.spec), state_of(self.spec))
+        while True:
+            job = self.jobs.get()
+            if job[0] == "close":
+                break
+            if job[0] == "forget":
+                self.spec.forget()
+                self.send("state", state_of(self.spec))
+            elif job[0] == "run":
+                self.run(*job[1:])
+        self.spec.close()
+        self.send("closed")
+
+    def run(self, reply: tuple[int, ChildGeneration, threading.Event], messages: list[dict[str, str]]) -> None:
+        rid, gen, cancel = reply
+        last = time.monotonic()
+        try:
+            for ev in self.spec.run(messages, gen, cancel):
+                now = time.monotonic()
+                # the state before the last event: the app reads it (n_past, lost) as the reply ends
+                if isinstance(ev, ReplyFinished) or now - last >= STATE_EVERY_S:
+                    last = now
+                    self.send("state", state_of(self.spec))
+                self.send("event", rid, ev)
+                if isinstance(ev, StepVerified):
+                    self.make_room()
+        except Exception as e:  # the engine never raises on purpose; say it rather than die
+            self.send("state", state_of(self.spec))
+            self.send("event", rid, failed(f"{type(e).__name__}: {e}", self.spec.n_past))
+
+    def make_room(self) -> None:
+        """Between two steps, wait while the app's UI handles a key or a click (at most
+        :data:`UI_PAUSE_MAX_S`). On a CPU build the engine's threads fill every core and
+        the UI runs at nice 19 (ui/priority.py): without the pause a key waited 1-2 s for
+        the UI thread to get a core; a step boundary is where stopping costs the least."""
+        flag = self.ui_input
+        if flag is None or not flag.is_set():
+            return
+        deadline = time.monotonic() + UI_PAUSE_MAX_S
+        while flag.is_set():
+            if time.monotonic() >= deadline:  # an answer that never came must not slow every step
+                flag.clear()
+                break
+            time.sleep(UI_PAUSE_POLL_S)
+
+
+def child_main(conn: Connection, spec: EngineSpec, ui_input: Any = None) -> None:
+    """The child process: load ``spec`` and serve commands until ``close`` or the pipe closes.
+    ``ui_input``: the Event the app sets while its UI handles input (:meth:`EngineChild.make_room`)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the app's to handle
+    with contextlib.suppress(OSError):
+        os.dup2(2, 1)  # stdout is the app's terminal: anything printed goes where stderr goes
+    EngineChild(conn, ui_input).serve(spec)
