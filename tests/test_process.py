@@ -25,7 +25,7 @@ from skippy_tui.engine.errors import BoundsError, CancelledError, IncompatibleMo
 from skippy_tui.engine.events import ReplyFinished, ReplyStarted, StepVerified
 from skippy_tui.engine.loader import EngineSpec, load_speculator
 from skippy_tui.engine.native import LoadParams
-from skippy_tui.engine.process import load_in_process
+from skippy_tui.engine.process import load_in_process, start_engine
 from skippy_tui.engine.settings import GenerationSettings, ModelSpec, SpeculationSettings
 from skippy_tui.engine.wire import error_payload, exit_message, rebuild_error
 
@@ -105,6 +105,30 @@ def test_a_cancelled_load_ends_the_child(smollm2_f32: Path, smollm2_q4_1: Path, 
     assert "ready" not in stages and not _engines()
 
 
+def test_a_load_takes_over_the_engine_started_early_on_the_same_spec(
+    smollm2_f32: Path, smollm2_q4_1: Path, cache_dir: Path
+) -> None:
+    """The launcher starts the child before the UI (``start_engine``) and the load only
+    waits for it; a child started on another spec is ended and one started on the spec asked for."""
+    spec = _spec(smollm2_f32, smollm2_q4_1, cache_dir, n_draft=4)
+    early = start_engine(spec)
+    proxy = load_in_process(spec, started=early)
+    try:
+        assert proxy.pid == early.process.pid
+        fin = list(proxy.run(MESSAGES, GenerationSettings(max_tokens=8)))[-1]
+        assert isinstance(fin, ReplyFinished) and fin.reason != "error" and fin.n_tokens > 0
+    finally:
+        proxy.close()
+    other = start_engine(_spec(smollm2_f32, None, cache_dir))
+    proxy = load_in_process(spec, started=other)
+    try:
+        assert proxy.pid != other.process.pid and not other.process.is_alive()
+        assert proxy.drafter is not None and proxy.drafter.source == "model"
+    finally:
+        proxy.close()
+    assert not _engines()
+
+
 def test_a_reply_in_the_child_equals_the_reply_in_process(
     smollm2_f32: Path, smollm2_q4_1: Path, cache_dir: Path
 ) -> None:
@@ -182,7 +206,7 @@ import sys
 from pathlib import Path
 from skippy_tui.engine.errors import ModelFileError
 from skippy_tui.engine.loader import EngineSpec
-from skippy_tui.engine.process import load_in_process
+from skippy_tui.engine.process import load_in_process, start_engine
 from skippy_tui.engine.settings import ModelSpec, SpeculationSettings
 
 class Capture:  # as Textual's: no descriptor

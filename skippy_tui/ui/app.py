@@ -133,10 +133,14 @@ class SkippyApp(
         config_error: BaseException | None = None,
         yield_cpu: bool = False,
         reload_config: Callable[[], Config] | None = None,
+        engine_started: Any = None,
     ) -> None:
         """``reload_config`` reads the config again as the launcher did (file, then flags;
-        raises ConfigError): loading (F5) calls it, so a fixed or edited file takes effect."""
+        raises ConfigError): loading (F5) calls it, so a fixed or edited file takes effect.
+        ``engine_started``: an engine process the launcher started on the config's models
+        (``engine.process.start_engine``); the first load takes it over."""
         super().__init__()
+        self.engine_started = engine_started
         # lower the UI's threads below the engine's (ui/priority.py); the launcher asks for it
         self._yield_cpu = yield_cpu
         self._quitting = False  # a quit waits for the reply in flight to stop (action_quit)

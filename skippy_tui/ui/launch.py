@@ -7,8 +7,9 @@ import contextlib
 import functools
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 
@@ -71,13 +72,34 @@ def _reload(args: argparse.Namespace) -> Config:
     return config_from_args(args)
 
 
-def _run(app) -> int:  # type: ignore[no-untyped-def]
+def early_engine(config: Config) -> Any:
+    """The engine process started on ``config``'s models before the UI is imported and
+    drawn (``engine.process.start_engine``), so the two overlap; None where the engine
+    runs in-process, the config has a problem or the start fails (the app's load then
+    starts one and reports what is wrong)."""
+    if config.get("ui", "engine") != "process":
+        return None
+    try:
+        spec = config.engine_spec()
+        from ..engine.process import start_engine
+
+        return start_engine(spec)
+    except Exception:  # the load the app starts says what went wrong
+        return None
+
+
+def _run(make_app: Callable[[], Any]) -> int:
     # The engine thread re-takes the GIL after every llama.cpp call; with the
     # default 5 ms switch interval a rendering UI thread kept it waiting
     # (measured: 1 ms lifts in-app decoding from ~12 to ~14 tok/s plain, ~23 to ~27 speculative).
     sys.setswitchinterval(0.001)
-    with native_stderr_to_log():
-        app.run()
+    with native_stderr_to_log():  # before an engine process starts: it inherits fd 2
+        app = make_app()
+        try:
+            app.run()
+        finally:
+            if app.engine_started is not None:  # started early, never loaded from
+                app.engine_started.discard()
     spec = app.speculator
     if spec is not None and app.owns_speculator and not app.generating:
         spec.close()
@@ -87,14 +109,20 @@ def _run(app) -> int:  # type: ignore[no-untyped-def]
 def run_app(args: argparse.Namespace) -> int:
     """``skippy-tui``: open the app on the configured models (or the default pair).
 
-    A bad config opens the app with an error dialog instead of exiting.
+    A bad config opens the app with an error dialog instead of exiting. An engine
+    process starts on the models before the UI is imported (:func:`early_engine`).
     """
-    from .app import SkippyApp
-
     config, error = _config(args)
     reload = functools.partial(_reload, args)
     yield_cpu = bool(config.get("ui", "yield_cpu"))
-    return _run(SkippyApp(config, config_error=error, yield_cpu=yield_cpu, reload_config=reload))
+
+    def make_app() -> Any:
+        started = early_engine(config) if error is None else None
+        from .app import SkippyApp
+
+        return SkippyApp(config, config_error=error, yield_cpu=yield_cpu, reload_config=reload, engine_started=started)
+
+    return _run(make_app)
 
 
 def run_replay(args: argparse.Namespace) -> int:
@@ -108,8 +136,13 @@ def run_replay(args: argparse.Namespace) -> int:
     transcript = Transcript.load(args.file, repair_markdown=True)  # TranscriptError: one line, exit 1
     config, error = _config(args)
     want = bool(getattr(args, "continue_", False))
-    app = SkippyApp(
-        config, transcript=transcript, transcript_path=Path(args.file), load_models=want, config_error=error,
-        reload_config=functools.partial(_reload, args),
-    )  # fmt: skip
-    return _run(app)
+    return _run(
+        lambda: SkippyApp(
+            config,
+            transcript=transcript,
+            transcript_path=Path(args.file),
+            load_models=want,
+            config_error=error,
+            reload_config=functools.partial(_reload, args),
+        )
+    )

@@ -9,6 +9,7 @@ ready; a pair loaded during a reply takes over when that reply ends.
 from __future__ import annotations
 
 import copy
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -94,7 +95,9 @@ class LoadingMixin:
         if self.config.get("ui", "engine") == "process":
             from ..engine.process import load_in_process
 
-            return load_in_process
+            # the launcher's early start, taken over once (a different spec discards it)
+            started, self.engine_started = self.engine_started, None
+            return functools.partial(load_in_process, started=started) if started is not None else load_in_process
         from ..engine.loader import load_speculator
 
         return load_speculator

@@ -21,6 +21,7 @@ from skippy_tui.engine.settings import GenerationSettings
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.chat import AssistantMessage
+from skippy_tui.ui.launch import early_engine
 from skippy_tui.ui.screens import TuneScreen
 
 PROMPT = "Tell me a long story about a dragon and a knight."
@@ -232,3 +233,25 @@ async def wait_until_ended(pids: list[int], timeout: float = 15.0) -> None:
     while any(_alive(p) for p in pids):
         assert time.monotonic() - t0 < timeout, f"child processes {pids} still alive after {timeout:.0f}s"
         await asyncio.sleep(0.1)
+
+
+def test_the_app_loads_from_the_engine_the_launcher_started(speculator) -> None:
+    """``skippy-tui`` starts the engine process before it imports and draws the UI; the
+    app's first load takes that child over instead of starting another."""
+    assert early_engine(ui_config(ui={"engine": "thread"})) is None  # nothing to start early in-process
+    config = _config(max_tokens=8)
+    started = early_engine(config)
+    assert started is not None and started.process.is_alive()
+    app = SkippyApp(config, engine_started=started)
+
+    async def body() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_until(pilot, lambda: app.speculator is not None, 240, "the models to load")
+            assert app.speculator.pid == started.process.pid and app.engine_started is None
+            fin = await _reply(app, pilot, "Name three colours.")
+            assert fin.reason in ("eos", "max_tokens") and fin.n_tokens > 0
+            await pilot.press("ctrl+q")
+            await asyncio.wait_for(asyncio.shield(app._task), 30)
+        await wait_until_ended([started.process.pid])
+
+    run(body())
