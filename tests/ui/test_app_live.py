@@ -470,7 +470,7 @@ def test_cli_replay_continue_loads_the_models_and_continues(
     cfg = tmp_path / "config.toml"
     cfg.write_text("[target]\nthreads = 1\nthreads_batch = 1\n", "utf-8")  # as ui_config: fast on a shared machine
     built: list[SkippyApp] = []
-    monkeypatch.setattr(launch, "_run", lambda app: built.append(app) or 0)
+    monkeypatch.setattr(launch, "_run", lambda make_app: built.append(make_app()) or 0)
     assert main(["replay", str(CHAT_JSON), "--continue", "--max-tokens", "6", "--config", str(cfg)]) == 0
     (app,) = built
 

@@ -807,9 +807,12 @@ def test_the_launcher_gives_the_app_a_config_reader_with_the_flags_on_top(
     cfg = tmp_path / "config.toml"
     cfg.write_text("[speculation]\nn_draft = 3\n", "utf-8")
     built: list[SkippyApp] = []
-    monkeypatch.setattr(launch, "_run", lambda app: built.append(app) or 0)
+    monkeypatch.setattr(launch, "_run", lambda make_app: built.append(make_app()) or 0)
+    early: list[object] = []  # the app's engine process starts before the UI; no app runs here: none starts
+    monkeypatch.setattr(launch, "early_engine", lambda config: early.append(config))
     for argv in (["--config", str(cfg), "--max-tokens", "9"], ["replay", str(CHAT_JSON), "--config", str(cfg)]):
         assert main(argv) == 0
+    assert len(early) == 1 and early[0].get("generation", "max_tokens") == 9  # the app's launch, not replay's
     cfg.write_text("[speculation]\nn_draft = 5\n[generation]\nmax_tokens = 50\n", "utf-8")
     fresh = [app._reload_config() for app in built]  # what F5 reads
     assert [c.get("speculation", "n_draft") for c in fresh] == [5, 5]
