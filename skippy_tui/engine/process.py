@@ -393,8 +393,5 @@ def load_in_process(
                     raise CancelledError("model load cancelled")
                 return loaded
     except BaseException:
-        if process.is_alive():
-            process.kill()
-        process.join(2.0)
-        conn.close()
+        engine.discard()
         raise
