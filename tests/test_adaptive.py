@@ -815,3 +815,19 @@ def test_a_fixed_k_after_auto_drafts_as_ngram_plus_model_again(pair):
         (s.k_reason, s.draft_source) for s in run.steps
     ]
     assert {s.draft_source for s in run.steps if s.proposed} >= {"model"}
+
+
+def test_a_draft_whose_speed_moves_against_the_targets_is_measured_again():
+    """A VM's phases: the target's plain step goes from 19.5 to 15.8 ms and back while the
+    draft's call goes the other way (8 -> 12 ms). The draft's costs, stored over the target's
+    slowdown, read 1.23x too dear once the target slows again; measured again, the draft wins
+    (70 vs 51 tokens/s) and the policy goes back to it instead of waiting on rare probes."""
+    slow = lambda b: 19.5 + 4.6 * (b - 1)  # noqa: E731
+    fast = lambda b: 0.81 * slow(b)  # noqa: E731
+    policy = AdaptiveK()
+    first = feed(policy, 60, 8, verify=slow, draft_ms=8.0, accepted=lambda k: k)
+    assert first[-16:].count(8) >= 14, first
+    middle = feed(policy, 80, 8, verify=fast, draft_ms=12.0, accepted=lambda k: k)
+    assert middle[-16:].count(0) >= 14, middle
+    last = feed(policy, 30, 8, verify=slow, draft_ms=8.0, accepted=lambda k: k)
+    assert last[-16:].count(8) >= 14, last

@@ -32,7 +32,9 @@ the most recent measurements)::
   ``b`` and interpolated piecewise-linearly between measured sizes;
 * all of them rescaled by the machine's current *slowdown* (this step's
   verify time over the table's), so a load spike or its end on a shared
-  machine does not leave the draft's costs stale;
+  machine does not leave the draft's costs stale; the draft's own speed need
+  not follow the target's, so a plain streak re-measures it once the slowdown
+  has moved :data:`REMEASURE_SPEED` from where it was last measured;
 * ``D(k) = sum_{i=1..k} P(m >= i-1)`` draft calls, ``M(k) = sum_{i=1..k} P(m >= i)``
   expected proposal length, where ``m`` is how many tokens the draft actually
   offers (it may stop early: ``p_min``, no n-gram match).
@@ -85,6 +87,17 @@ EVIDENCE = 8
 """Drafted steps before the verdict is trusted: until then a policy's probes neither wait
 for :data:`PROBE_BUDGET` nor back off, and the chooser's explores may spend 4 x it (one
 unlucky warm-up step must not switch a good draft off for the rest of the reply)."""
+
+REMEASURE_SPEED = 1.15
+"""How far the slowdown (the target's speed) may move from its value when the draft was last
+measured before a plain streak measures the draft again. Scaling the draft's costs by the
+target's slowdown assumes both move together; on a 2-core AMD VM they moved apart: between
+phases the target's plain step went from 19.5 to 15.8 ms while the draft's k=8 step went from
+about 118 to 140 ms (plain 49-52 tokens/s against the draft model's 67-69 in one phase, 61
+against 56-58 in the other). At 2x (the first threshold) a policy that had turned to plain
+steps in the fast phase kept the draft's costs scaled by the target's slowdown once it ended,
+so the draft looked 1.23x dearer just when it had got cheaper, and only rare probes could
+move its median costs back. Plain steps alone vary ~5 % step to step."""
 
 
 @dataclass(frozen=True)
@@ -646,13 +659,14 @@ class AdaptiveK:
         """
         if self.verify.count(1) == 0:
             return 0, "auto: measuring plain step"
-        if self._spec_steps >= 2 and self._prev_k == 0 and not 0.5 <= self.slowdown / self._draft_slowdown <= 2.0:
+        if self._spec_steps >= 2 and self._prev_k == 0 and self._remeasure_due(k_max, behind):
             # the machine's speed changed since the draft was measured (a load spike began
             # or ended): its cost relative to the target may have too, so measure it again
+            moved = self.slowdown / self._draft_slowdown
             self._forget_draft_costs()
             self._spec_steps = 0
             self._interval, self._since_probe = self.probe_every, 0
-            return min(self.warmup_k, k_max), "auto: re-measuring draft (machine speed changed)"
+            return min(self.warmup_k, k_max), f"auto: re-measuring draft (target speed x{1 / moved:.2f} since)"
         if self._spec_steps < 2:
             return min(self.warmup_k, k_max), "auto: measuring draft"
         rates = rates if rates is not None else self.rates(k_max, behind)
@@ -687,6 +701,16 @@ class AdaptiveK:
             self._interval = self.probe_every if close or not self.trusted else min(self._interval * 2, self.probe_max)
             return probe, f"auto: probe k={probe} est {rates[probe]:.1f} tok/s (best k={best} {rates[best]:.1f})"
         return best, f"auto: k={best} est {rates[best]:.1f} tok/s (" + _alternatives(rates, best) + ")"
+
+    def _remeasure_due(self, k_max: int, behind: int) -> bool:
+        """Whether a plain streak should measure the draft again: the slowdown has moved
+        :data:`REMEASURE_SPEED` either way since the draft was last measured, and the
+        measuring step's catch-up fits :data:`PROBE_BUDGET` (or the draft is synced)."""
+        moved = self.slowdown / self._draft_slowdown
+        if 1.0 / REMEASURE_SPEED <= moved <= REMEASURE_SPEED:
+            return False
+        rates = self.rates(k_max, behind) if behind > 1 else None
+        return rates is None or self.affordable(k_max, min(self.warmup_k, k_max), behind, rates[0])
 
     def affordable(self, k_max: int, k: int, behind: int, best_rate: float) -> bool:
         """Whether a step at ``k`` (a probe or an exploring step), which first catches the
