@@ -831,3 +831,27 @@ def test_a_draft_whose_speed_moves_against_the_targets_is_measured_again():
     assert middle[-16:].count(0) >= 14, middle
     last = feed(policy, 30, 8, verify=slow, draft_ms=8.0, accepted=lambda k: k)
     assert last[-16:].count(8) >= 14, last
+
+
+def test_a_lookup_source_is_not_measured_again_when_the_target_speeds_up():
+    """An n-gram lookup costs ~0.01 ms at any machine speed: a re-measure would only cut
+    its proposals to the warm-up's 4 tokens (seen on a rewrite prompt under a load spike).
+    A draft model's policy, fed the same, measures its draft again (two warm-up steps)."""
+    slow = lambda b: 20.0 + 1.0 * (b - 1)  # noqa: E731
+    fast = lambda b: 0.7 * slow(b)  # noqa: E731
+    ngram, model = AdaptiveK(runs=True, draft_prior_ms=0.01), AdaptiveK()
+    for policy, draft_ms in ((ngram, 0.01), (model, 30.0)):
+        feed(policy, 40, 8, verify=slow, draft_ms=draft_ms, accepted=lambda k: k // 4)
+        assert policy.choose(8)[0] == 0
+    remeasured = []
+    for policy, draft_ms in ((ngram, 0.01), (model, 30.0)):
+        whys = []
+        for _ in range(8):
+            k, why = policy.choose(8)
+            whys.append(why)
+            policy.observe(
+                k=k, n_proposed=k, n_accepted=k // 4, sync_ms=draft_ms if k else 0.0, draft_ms=draft_ms * k,
+                verify_ms=fast(k + 1),
+            )  # fmt: skip
+        remeasured.append(any("re-measuring" in why for why in whys))
+    assert remeasured == [False, True]

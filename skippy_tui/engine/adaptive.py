@@ -705,7 +705,12 @@ class AdaptiveK:
     def _remeasure_due(self, k_max: int, behind: int) -> bool:
         """Whether a plain streak should measure the draft again: the slowdown has moved
         :data:`REMEASURE_SPEED` either way since the draft was last measured, and the
-        measuring step's catch-up fits :data:`PROBE_BUDGET` (or the draft is synced)."""
+        measuring step's catch-up fits :data:`PROBE_BUDGET` (or the draft is synced).
+        Never for a source with a known draft cost (``draft_prior_ms``: an n-gram lookup
+        costs ~0.01 ms at any speed; its measuring steps would only cut its proposals
+        to ``warmup_k``)."""
+        if self.draft_prior_ms is not None:
+            return False
         moved = self.slowdown / self._draft_slowdown
         if 1.0 / REMEASURE_SPEED <= moved <= REMEASURE_SPEED:
             return False
