@@ -659,18 +659,18 @@ class AdaptiveK:
         """
         if self.verify.count(1) == 0:
             return 0, "auto: measuring plain step"
-        if self._spec_steps >= 2 and self._prev_k == 0 and self._remeasure_due(k_max, behind):
-            # the machine's speed changed since the draft was measured (a load spike began
-            # or ended): its cost relative to the target may have too, so measure it again
-            moved = self.slowdown / self._draft_slowdown
-            self._forget_draft_costs()
-            self._spec_steps = 0
-            self._interval, self._since_probe = self.probe_every, 0
-            return min(self.warmup_k, k_max), f"auto: re-measuring draft (target speed x{1 / moved:.2f} since)"
         if self._spec_steps < 2:
             return min(self.warmup_k, k_max), "auto: measuring draft"
         rates = rates if rates is not None else self.rates(k_max, behind)
         assert rates is not None
+        if self._prev_k == 0 and self._remeasure_due(k_max, behind, rates[0]):
+            # the machine's speed changed since the draft was measured (a load spike began
+            # or ended): its cost relative to the target may have too, so measure it again
+            speed = self._draft_slowdown / self.slowdown
+            self._forget_draft_costs()
+            self._spec_steps = 0
+            self._interval, self._since_probe = self.probe_every, 0
+            return min(self.warmup_k, k_max), f"auto: re-measuring draft (target speed x{speed:.2f} since)"
         self.last_rates = rates
         best = best_k(rates)
         if self._last_best is None or (best == 0) != (self._last_best == 0):
@@ -702,20 +702,18 @@ class AdaptiveK:
             return probe, f"auto: probe k={probe} est {rates[probe]:.1f} tok/s (best k={best} {rates[best]:.1f})"
         return best, f"auto: k={best} est {rates[best]:.1f} tok/s (" + _alternatives(rates, best) + ")"
 
-    def _remeasure_due(self, k_max: int, behind: int) -> bool:
-        """Whether a plain streak should measure the draft again: the slowdown has moved
-        :data:`REMEASURE_SPEED` either way since the draft was last measured, and the
-        measuring step's catch-up fits :data:`PROBE_BUDGET` (or the draft is synced).
-        Never for a source with a known draft cost (``draft_prior_ms``: an n-gram lookup
-        costs ~0.01 ms at any speed; its measuring steps would only cut its proposals
-        to ``warmup_k``)."""
+    def _remeasure_due(self, k_max: int, behind: int, plain_rate: float) -> bool:
+        """Whether a plain streak (``plain_rate`` tok/s) should measure the draft again: the
+        slowdown has moved :data:`REMEASURE_SPEED` either way since the draft was last
+        measured, and the measuring step's catch-up fits :data:`PROBE_BUDGET`. Never for a
+        source with a known draft cost (``draft_prior_ms``: an n-gram lookup costs ~0.01 ms
+        at any speed; its measuring steps would only cut its proposals to ``warmup_k``)."""
         if self.draft_prior_ms is not None:
             return False
         moved = self.slowdown / self._draft_slowdown
         if 1.0 / REMEASURE_SPEED <= moved <= REMEASURE_SPEED:
             return False
-        rates = self.rates(k_max, behind) if behind > 1 else None
-        return rates is None or self.affordable(k_max, min(self.warmup_k, k_max), behind, rates[0])
+        return self.affordable(k_max, min(self.warmup_k, k_max), behind, plain_rate)
 
     def affordable(self, k_max: int, k: int, behind: int, best_rate: float) -> bool:
         """Whether a step at ``k`` (a probe or an exploring step), which first catches the
