@@ -378,3 +378,25 @@ def test_a_copy_already_under_way_in_the_context_is_judged_as_a_copy():
     assert fresh <= 4 and under_way >= 16, (fresh, under_way, why)
     policy.copying(2)  # never shortens a run
     assert policy.run == 10
+
+
+def test_a_re_measure_keeps_the_verdicts_trust_and_its_probe_budget():
+    """The target speeds up 1.25x and the draft slows 1.3x (a VM's phases): the draft is
+    measured again, but its acceptance counts stand, and with them the trust that holds
+    probes to PROBE_BUDGET. Reset with the costs, the policy probed every 16 steps with the
+    whole catch-up (the default pair's code prompt at T=0.8: 42.8 tok/s where plain made 52)."""
+    draft = {"first": 10.0, "next": 6.5, "prefill_fixed": 6.0, "prefill_per_token": 1.0}
+    policy = AdaptiveK()
+    sim = Sim(draft=Draft(**draft), verify_ms=V, accept=0.7, seed=1)
+    for _ in range(300):
+        sim.step(policy, 8)
+    assert policy.trusted and sim.ks[-100:].count(0) >= 98, sim.ks[-100:]
+    sim.verify_ms = lambda b: 0.8 * V(b)
+    # a new reply: the prompt's prefill syncs the draft, so measuring it costs no catch-up
+    sim.draft = Draft(first=13.0, next=8.5, prefill_fixed=7.8, prefill_per_token=1.3, behind=0)
+    for _ in range(200):
+        sim.step(policy, 8)
+    assert any("re-measuring draft" in why for why in sim.reasons[-200:]), sim.reasons[-200:]
+    assert policy.trusted
+    # the re-measure's few steps, then plain: no probe pays a catch-up of 16+ tokens
+    assert sum(k > 0 for k in sim.ks[-180:]) <= 1, sim.ks[-200:]

@@ -401,7 +401,8 @@ class AdaptiveK:
         self._probe_toggle = False
         self._last_best: int | None = None
         self._prev_k = 0
-        self._spec_steps = 0
+        self._spec_steps = 0  # drafted steps judged: the acceptance's evidence (trust)
+        self._cost_steps = 0  # drafted steps since the draft's costs were last forgotten
         self.last_rates: list[float] = []
         self._draft_slowdown = 1.0  # the slowdown when the draft was last measured
 
@@ -412,7 +413,7 @@ class AdaptiveK:
         self._forget_draft_costs()
         self.counts = _Counts()
         self._forget_runs()
-        self._spec_steps, self._interval, self._since_probe = 0, self.probe_every, 0
+        self._spec_steps, self._cost_steps, self._interval, self._since_probe = 0, 0, self.probe_every, 0
 
     def _forget_runs(self) -> None:
         self.by_run = [_Counts() for _ in range(len(RUN_BUCKETS) + 1)]  # runs only: counts by run bucket
@@ -498,6 +499,7 @@ class AdaptiveK:
         """What every observed step adds, its times aside: a drafted step's acceptance."""
         if k > 0:
             self._spec_steps += 1
+            self._cost_steps += 1
             self._count(k, n_proposed, n_accepted, expected)
         self._prev_k = k
 
@@ -546,7 +548,7 @@ class AdaptiveK:
     @property
     def measured(self) -> bool:
         """True once the draft's cost has been measured (past the warm-up steps)."""
-        return self._spec_steps >= 2
+        return self._cost_steps >= 2
 
     def acceptance(self, n: int, run: int | None = None) -> list[float]:
         """Estimated conditional acceptance ``a_1..a_n``: a run-length model for a source that
@@ -659,7 +661,7 @@ class AdaptiveK:
         """
         if self.verify.count(1) == 0:
             return 0, "auto: measuring plain step"
-        if self._spec_steps < 2:
+        if self._cost_steps < 2:
             return min(self.warmup_k, k_max), "auto: measuring draft"
         rates = rates if rates is not None else self.rates(k_max, behind)
         assert rates is not None
@@ -667,8 +669,10 @@ class AdaptiveK:
             # the machine's speed changed since the draft was measured (a load spike began
             # or ended): its cost relative to the target may have too, so measure it again
             speed = self._draft_slowdown / self.slowdown
+            # only the costs: the acceptance counts, and the trust they earned, stay (an
+            # untrusted policy probes every probe_every steps whatever the catch-up costs)
             self._forget_draft_costs()
-            self._spec_steps = 0
+            self._cost_steps = 0
             self._interval, self._since_probe = self.probe_every, 0
             return min(self.warmup_k, k_max), f"auto: re-measuring draft (target speed x{speed:.2f} since)"
         self.last_rates = rates
