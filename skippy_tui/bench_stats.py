@@ -18,7 +18,7 @@ from .bench_core import BenchPrompt, RunResult, first_difference
 from .bench_core import ratio as _ratio
 from .bench_core import rounded as _round
 from .bench_suite import DEFAULT, Method, acceptance_k
-from .engine.adaptive import Costs, break_even_acceptance
+from .engine.cost_model import Costs, break_even_acceptance
 from .engine.stats import AcceptanceStats
 
 # The goals (thresholds of the ratios the report computes)

@@ -8,7 +8,7 @@ drafting, side by side in the same process, so the two are measured under the
 same machine state. From the speculative runs come the acceptance rate, the
 mean accepted length and the acceptance by position; from both the target's
 verify cost by batch size and the draft's cost per token. The engine's cost
-model (:func:`~skippy_tui.engine.adaptive.expected_rates`) turns those into an
+model (:func:`~skippy_tui.engine.cost_model.expected_rates`) turns those into an
 estimated speedup at k = 4, which ranks the drafts; the measured speedup
 (speculative over plain tokens/s, this run) stands beside it.
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .bench_core import RunResult, run_once
-from .engine.adaptive import Costs, expected_rates
+from .engine.cost_model import Costs, expected_rates
 from .engine.errors import SkippyError
 from .engine.loader import EngineSpec, load_speculator
 from .engine.measurements import VerifyCosts

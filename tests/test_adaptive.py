@@ -11,8 +11,9 @@ from helpers import Run, assert_verified_in_batches, load, restore, user
 
 from skippy_tui.config import Config, ConfigError
 from skippy_tui.engine import chooser as chooser_module
-from skippy_tui.engine.adaptive import (
-    AdaptiveK,
+from skippy_tui.engine.adaptive import AdaptiveK
+from skippy_tui.engine.chooser import PAUSE_BREAKS, SourceChooser
+from skippy_tui.engine.cost_model import (
     Costs,
     best_k,
     break_even_acceptance,
@@ -21,7 +22,6 @@ from skippy_tui.engine.adaptive import (
     expected_tokens,
     net_gains,
 )
-from skippy_tui.engine.chooser import PAUSE_BREAKS, SourceChooser
 from skippy_tui.engine.errors import BoundsError
 from skippy_tui.engine.measurements import VerifyCosts
 from skippy_tui.engine.sampling import SamplingParams

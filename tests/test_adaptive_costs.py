@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from skippy_tui.engine.adaptive import AdaptiveK, Costs, expected_rates, expected_step_ms
+from skippy_tui.engine.adaptive import AdaptiveK
 from skippy_tui.engine.chooser import SourceChooser
+from skippy_tui.engine.cost_model import Costs, expected_rates, expected_step_ms
 from skippy_tui.engine.measurements import VerifyCosts
 
 

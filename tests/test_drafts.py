@@ -20,7 +20,7 @@ from skippy_tui.drafts import (
     rank,
     render,
 )
-from skippy_tui.engine.adaptive import Costs, break_even_acceptance
+from skippy_tui.engine.cost_model import Costs, break_even_acceptance
 from skippy_tui.library import DraftCandidate, LibraryEntry
 
 

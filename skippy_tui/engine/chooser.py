@@ -2,7 +2,7 @@
 
 :class:`SourceChooser` keeps one :class:`~.adaptive.AdaptiveK` per source (their
 costs and acceptance; the target's verify costs shared) and weighs plain decoding
-and each source's best step against the reply's going rate (:func:`~.adaptive.net_gains`).
+and each source's best step against the reply's going rate (:func:`~.cost_model.net_gains`).
 Pure Python, table-testable like the policies it drives.
 """
 
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .adaptive import CLOSE, AdaptiveK, best_k, net_gains
+from .adaptive import CLOSE, AdaptiveK
+from .cost_model import best_k, net_gains
 
 GOING_DECAY = 0.9
 """Per-step decay of the going rate's sums (about the last ten steps)."""
@@ -48,7 +49,7 @@ class SourceChooser:
 
     The step then goes to plain decoding or to the source whose step's expected
     tokens most exceed what the reply's going rate (:meth:`record`) makes in the
-    step's time (:func:`~.adaptive.net_gains`; the best expected tokens/s until the
+    step's time (:func:`~.cost_model.net_gains`; the best expected tokens/s until the
     going rate is known), and that source's policy picks k, probing as it does alone.
 
     A source not measured yet is measured first (the n-gram under ``shadowed`` only

@@ -40,10 +40,11 @@ from functools import partial
 
 import numpy as np
 
-from .adaptive import AdaptiveK, FixedK, KPolicy, best_k
+from .adaptive import AdaptiveK, FixedK, KPolicy
 from .bounds import ContextCapacity, validate_capacity, validate_prompt_len
 from .chat import ChatTemplate, Message, prompt_tokens
 from .chooser import SourceChooser
+from .cost_model import best_k
 from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import BoundsError, ContextFullError, SkippyError
 from .events import Event, FinishReason, ReplyStarted
