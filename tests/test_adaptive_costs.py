@@ -49,6 +49,7 @@ class Sim:
     verify_ms: object  # batch size -> ms
     accept: float  # per-position acceptance (a run stops at the first rejection)
     seed: int = 0
+    cold: bool = False  # the next step is a reply's first (after the prompt's prefill)
     ms: float = 0.0
     tokens: int = 0
     ks: list[int] = field(default_factory=list)
@@ -77,7 +78,9 @@ class Sim:
             policy.observe(
                 k=k, n_proposed=k, n_accepted=n_acc, sync_ms=sync_ms, draft_ms=sum(calls), verify_ms=verify,
                 step_ms=sync_ms + sum(calls) + verify, sync_tokens=sync_tokens, draft_calls_ms=calls,
+                cold=self.cold,
             )  # fmt: skip
+        self.cold = False
         self.ms += sync_ms + sum(calls) + verify
         self.tokens += n_acc + 1
         self.ks.append(k)
@@ -401,3 +404,39 @@ def test_a_re_measure_keeps_the_verdicts_trust_and_its_probe_budget():
     assert policy.trusted
     # the re-measure's few steps, then plain: no probe pays a catch-up of 16+ tokens
     assert sum(k > 0 for k in sim.ks[-180:]) <= 1, sim.ks[-200:]
+
+
+def _plain_verdict_then_new_text(new_reply: bool, seed: int) -> Sim:
+    """Replies on text the draft gets 75 % right (plain wins narrowly; probes wait on the
+    catch-up), the last one short, just after its probe; then a reply on text it gets 98 %
+    right. Every reply starts with the draft synced (the prompt's prefill)."""
+    draft = {"first": 10.0, "next": 6.5, "prefill_fixed": 6.0, "prefill_per_token": 1.0}
+    policy = AdaptiveK()
+    sim = Sim(draft=Draft(**draft), verify_ms=V, accept=0.75, seed=seed)
+    for steps in (60, 60, 60, 60, 60, 5):
+        sim.draft.behind, sim.cold = 0, True
+        if new_reply:
+            policy.new_reply()
+        for _ in range(steps):
+            sim.step(policy, 8)
+    assert sim.ks[-55:-5].count(0) >= 48, sim.ks[-65:]
+    sim.accept, sim.draft.behind, sim.cold = 0.98, 0, True
+    if new_reply:
+        policy.new_reply()
+    for _ in range(60):
+        sim.step(policy, 8)
+    return sim
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_a_draft_that_suits_the_new_text_is_found_in_the_reply(seed):
+    """The bench's free-form prompt after code-edit (greedy): the draft model's acceptance,
+    learnt where it drafted only what the n-gram could not copy, put it at 0.94 of plain;
+    no probe was due, and the whole reply went plain (57.8 tokens/s; the model made 59-60
+    on it in the other repeats), each later probe waiting on a growing catch-up. A reply
+    starts with the draft synced, so it probes at once, and a probe taken whole leaves the
+    draft synced, so the next step probes again while it stays close."""
+    found = _plain_verdict_then_new_text(True, seed)
+    assert found.ks[-45:].count(0) <= 5, found.ks[-60:]
+    # without the reply's probe and its chain, the reply stays on plain steps
+    assert _plain_verdict_then_new_text(False, seed).ks[-45:].count(0) >= 43

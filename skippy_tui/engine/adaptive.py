@@ -245,12 +245,18 @@ class AdaptiveK:
         self._interval = probe_every
         self._since_probe = 0
         self._probe_toggle = False
+        # plain's expected tokens/s when this policy last probed the draft against a plain
+        # verdict, and whether that probe's own step beat it (see choose: probes in a row)
+        self._probe_plain: float | None = None
+        self._probe_won = False
         self._last_best: int | None = None
         self._prev_k = 0
         self._spec_steps = 0  # drafted steps judged: the acceptance's evidence (trust)
         self._cost_steps = 0  # drafted steps since the draft's costs were last forgotten
         self.last_rates: list[float] = []
-        self._draft_slowdown = 1.0  # the slowdown when the draft was last measured
+        # the slowdown at each of the draft's recorded cost samples: its median is the speed
+        # they describe (one probe after a speed change leaves the median where it was)
+        self._draft_speeds = Recent()
 
     # -- what it has measured ---------------------------------------------------------
 
@@ -267,6 +273,7 @@ class AdaptiveK:
 
     def _forget_draft_costs(self) -> None:
         self.draft_call, self.draft_first, self.draft_next, self.sync = Recent(), Recent(), Recent(), Recent()
+        self._draft_speeds = Recent()
         self.prefill = VerifyCosts()
 
     def observe(
@@ -298,6 +305,9 @@ class AdaptiveK:
         ``expected``: each judged position's probability of acceptance, when the
         sampler knows it (:attr:`~.verify.Verdict.expected`), counted instead of the outcome.
         """
+        ms = step_ms if step_ms is not None else sync_ms + draft_ms + verify_ms + rollback_ms
+        plain, self._probe_plain = self._probe_plain, None
+        self._probe_won = k > 0 and plain is not None and ms > 0 and 1000.0 * (n_accepted + 1) / ms > plain
         batch = n_proposed + 1
         # only a size measured before says how fast the machine runs now: an interpolated or
         # extrapolated one is off by the table's shape (the prior slope), and that error,
@@ -317,7 +327,7 @@ class AdaptiveK:
         if n_accepted < n_proposed:
             self.rollback.add(rollback_ms / f)
         if k > 0:
-            self._draft_slowdown = f
+            self._draft_speeds.add(f)
             sample = draft_ms / max(1, min(k, n_proposed + 1)) / f
             if (est := self.draft_call.value) is not None and sample < 0.5 * est:
                 # the draft runs at under half its recorded cost: whatever slowed the earlier
@@ -361,6 +371,15 @@ class AdaptiveK:
         self.by_run[run_bucket(self.run)].add(k, n_proposed, n_accepted, expected)
         # a step that found no match (``source = "ngram"`` with nothing to copy) ends the run too
         self.run = self.run + n_accepted if 0 < n_proposed <= n_accepted else 0
+
+    def new_reply(self) -> None:
+        """A reply starts: its text is new, the counts are the last text's. The run of right
+        tokens ends, and where plain decoding is the verdict a probe is due at once: the
+        prompt's prefill synced the draft, so this probe pays no catch-up (later in the
+        reply one waits on it, see :data:`PROBE_BUDGET`)."""
+        self.run_broken()
+        if self._last_best == 0:
+            self._since_probe = max(self._since_probe, self._interval)
 
     def run_broken(self) -> None:
         """The source's run of right tokens ends: it has nothing to propose here (no match),
@@ -427,6 +446,11 @@ class AdaptiveK:
         of every draft source store their samples in that table.
         """
         return self.verify.slowdown
+
+    @property
+    def _draft_slowdown(self) -> float:
+        """The slowdown the draft's recorded costs were measured at (1.0 before any)."""
+        return self._draft_speeds.value or 1.0
 
     def _row_slope(self) -> float:
         """The target's extra cost per verify row relative to one row (prior for the draft's prefill)."""
@@ -528,6 +552,13 @@ class AdaptiveK:
             self._interval, self._since_probe = self.probe_every, 0
         self._last_best = best
         self._since_probe += 1
+        if best == 0 and self._probe_won and behind <= 1 and k_max >= 1 and self._since_probe < self._interval:
+            # the last probe's own step beat plain decoding's expected rate and left the draft
+            # synced: the next probe pays no catch-up, and a run of them learns a text the
+            # draft suits (a new reply's, see new_reply) where the counts are the last text's
+            probe = best_k(rates[1:]) + 1
+            self._since_probe, self._probe_plain = 0, rates[0]
+            return probe, f"auto: probe k={probe} est {rates[probe]:.1f} tok/s (best k=0 {rates[0]:.1f}; the last won)"
         if self._since_probe >= self._interval and k_max >= 1:
             if best == 0:
                 probe = best_k(rates[1:]) + 1
@@ -540,6 +571,7 @@ class AdaptiveK:
                 self._probe_toggle = not self._probe_toggle
                 probe = 0 if self._probe_toggle or best == k_max else best + 1
             self._since_probe = 0
+            self._probe_plain = rates[0] if best == 0 and probe > 0 else None
             # back off only from clearly worse alternatives: near break-even the
             # estimates are noisy and a wrong verdict costs more than a probe step, but
             # a probe after a plain streak pays the whole catch-up, so it is judged with it

@@ -337,8 +337,8 @@ class Speculator:
         self._set_abort(False)
         context = list(prompt)
         self._epoch = epoch = object()
-        for policy in self._policies.values():  # a run of n-gram copies does not carry into a new reply
-            policy.run_broken()
+        for policy in self._policies.values():  # new text: runs end, a plain verdict probes the synced draft
+            policy.new_reply()
         if isinstance(self.k_policy, SourceChooser):
             self.k_policy.new_reply()
         try:
