@@ -44,7 +44,9 @@ decoding and ``best + 1``. After a plain streak a probe first pays the draft's
 catch-up, which grows with the streak: it is judged "close" with all of it
 charged, and it waits until its expected extra cost fits :data:`PROBE_BUDGET`
 of the streak's time, so near break-even, where it would cost more than it can
-find, it stops (a new reply starts with the draft synced, and probes again).
+find, it stops (a new reply starts with the draft synced and, where plain decoding is
+the verdict, probes at once: :meth:`AdaptiveK.new_reply`). A probe whose own step beat
+plain decoding's expected rate leaves the draft synced: the next step probes again.
 
 The policy is pure Python (no model, no clock): feed it :meth:`AdaptiveK.observe`
 and ask :meth:`AdaptiveK.choose`, which makes it table-testable with synthetic
