@@ -31,6 +31,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,6 +44,8 @@ TOKS_RE = re.compile(r"([0-9.]+) tok/s")
 def find_llama_bench(given: str | None) -> Path:
     """The llama-bench binary: ``given``, else the newest one native-compare.sh built."""
     if given:
+        if not os.access(given, os.X_OK):
+            sys.exit(f"{given}: no such executable")
         return Path(given)
     found = sorted(glob.glob(os.path.expanduser("~/.cache/skippy-native/*/build/bin/llama-bench")))
     if not found:
@@ -65,8 +68,11 @@ def bench_once(binary: Path, model: Path, args: argparse.Namespace) -> float:
     """llama-bench tgN, one repetition: tokens/s."""
     fa = "on" if args.profile == "fast" else "off"
     cmd = [str(binary), "-m", str(model), "-p", "0", "-n", str(args.tokens), "-t", str(args.threads)]
-    out = subprocess.run([*cmd, "-r", "1", "-fa", fa, "-o", "json"], capture_output=True, text=True, check=True)
-    return float(json.loads(out.stdout)[0]["avg_ts"])
+    out = subprocess.run([*cmd, "-r", "1", "-fa", fa, "-o", "json"], capture_output=True, text=True, check=False)
+    try:
+        return float(json.loads(out.stdout)[0]["avg_ts"])
+    except (ValueError, LookupError, TypeError):
+        sys.exit(f"llama-bench failed (exit {out.returncode}): {out.stderr.strip()[-400:] or 'no output'}")
 
 
 def ours_once(args: argparse.Namespace) -> float:
@@ -91,6 +97,8 @@ def main() -> None:
     ap.add_argument("--n-ctx", type=int, default=0, help="our context window (default: the configured one)")
     ap.add_argument("--llama-bench", help="the llama-bench binary (default: native-compare.sh's build)")
     args = ap.parse_args()
+    if shutil.which("skippy-tui") is None:
+        sys.exit("skippy-tui is not on PATH: activate the project's virtual environment first")
     binary, model = find_llama_bench(args.llama_bench), target_file()
     load = os.getloadavg()[0]
     print(f"{model.name}, {args.tokens} tokens, {args.threads} threads, profile {args.profile}, load {load:.2f}")
