@@ -181,6 +181,12 @@ class ProcessSpeculator:
         """Drop both KV caches in the child (a new chat); ordered before the next ``run``."""
         self._send("forget")
 
+    def cancel_reply(self) -> None:
+        """Stop the reply in flight at its next step, now: :meth:`run` forwards its ``cancel``
+        only when its consumer asks for the next event, and that consumer (the app's relay)
+        runs at the UI's low priority, so the child could start another step meanwhile."""
+        self._send("cancel", self._rid)
+
     def abort(self) -> None:
         """Make the child's native decode in flight return early (quit mid-reply)."""
         self._send("abort")

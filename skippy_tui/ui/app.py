@@ -346,7 +346,7 @@ class SkippyApp(
             # stop the reply first, as Esc does: its text is kept in the chat, which is then
             # saved (or asked about) once the engine is idle; _finish_reply goes on with the quit
             self._quitting = True
-            self._cancel.set()
+            self._stop_reply()
             self.set_timer(QUIT_GRACE_S, self._quit_unstopped)
             return
         await self._go_on_quitting()  # nothing in flight, or pressed again while the reply stops

@@ -283,10 +283,18 @@ class GenerationMixin:
         if self.screen.query("HelpPanel"):  # the keys panel (palette: Keys) closes first, as dialogs do
             self.action_hide_help_panel()
         elif self.generating:
-            self._cancel.set()
+            self._stop_reply()
         elif self._editing is not None:
             self._end_edit()
             self.prompt.clear()
+
+    def _stop_reply(self) -> None:
+        """Cancel the reply in flight; an engine process hears it at once (see
+        ``ProcessSpeculator.cancel_reply``), not when the relay next reads an event."""
+        self._cancel.set()
+        cancel_now = getattr(self.speculator, "cancel_reply", None)
+        if cancel_now is not None:
+            cancel_now()
 
     def _busy(self) -> bool:
         if self.generating:
