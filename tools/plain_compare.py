@@ -54,14 +54,15 @@ def find_llama_bench(given: str | None) -> Path:
 
 
 def target_file() -> Path:
-    """The default target's F32 file, derived once by a one-token run."""
-    subprocess.run(["skippy-tui", "run", "Hi", "--max-tokens", "1"], capture_output=True, check=False)
+    """The embedded default target's F32 file (derived on first use, as the app does)."""
     from skippy_tui.config import cache_dir
+    from skippy_tui.engine.defaults import default_pair
+    from skippy_tui.engine.errors import SkippyError
 
-    path = cache_dir() / "models" / "SmolLM2-135M-Instruct.F32.gguf"
-    if not path.is_file():
-        sys.exit(f"the default target was not derived at {path}: run `skippy-tui run Hi` once and look at its error")
-    return path
+    try:
+        return default_pair(cache_dir() / "models")[0]
+    except SkippyError as e:
+        sys.exit(f"the default target is not available: {e}")
 
 
 def bench_once(binary: Path, model: Path, args: argparse.Namespace) -> float:
