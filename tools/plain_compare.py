@@ -11,13 +11,16 @@ medians and the median of each round's own ratio.
 
 Flash attention is matched to our profile: ``exact`` (the default) runs with it
 off, so llama-bench gets ``-fa off`` (its own default is ``auto``, i.e. on for a
-CPU); ``--profile fast`` gets ``-fa on``. llama-bench's context holds only the
-tokens it decodes; ours is the configured window (4096 by default), whose
-attention costs a little more at every step, so ``--n-ctx`` is offered too.
+CPU); ``--profile fast`` gets ``-fa on``. Both decode at the same positions:
+our reply's first step follows the prompt's prefill, so llama-bench gets that
+many tokens of depth (``-d``, prefilled outside its timing; ``--depth 0`` for
+its plain ``tgN``). llama-bench's context holds only those tokens; ours is the
+configured window (4096 by default), so ``--n-ctx`` is offered too.
 
     python tools/plain_compare.py                       # 10 rounds, 200 tokens
     python tools/plain_compare.py --rounds 15 --profile fast
     python tools/plain_compare.py --llama-bench PATH    # another llama-bench build
+    python tools/plain_compare.py --depth 0             # llama-bench's plain tgN
 
 llama-bench comes from ``../shared/tools/native-compare.sh``, which builds it from
 the installed llama-cpp-python's own sources (``~/.cache/skippy-native``). Run
@@ -65,10 +68,23 @@ def target_file() -> Path:
         sys.exit(f"the default target is not available: {e}")
 
 
+def prompt_depth(args: argparse.Namespace) -> int:
+    """Tokens our reply's prefill decodes before its first step (the prompt but its last
+    token, which the first step decodes): the depth llama-bench's tgN starts at."""
+    cmd = ["skippy-tui", "run", PROMPT, "--max-tokens", "1", "--no-draft", "--json", "--profile", args.profile]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    try:
+        started = json.loads(out.stdout.splitlines()[0])
+        return int(started["target_sync"]["end"]) - int(started["target_sync"]["start"])
+    except (ValueError, LookupError, TypeError):
+        sys.exit(f"skippy-tui run failed (exit {out.returncode}): {out.stderr.strip()[-400:] or 'no output'}")
+
+
 def bench_once(binary: Path, model: Path, args: argparse.Namespace) -> float:
-    """llama-bench tgN, one repetition: tokens/s."""
+    """llama-bench tgN at ``args.depth``, one repetition: tokens/s."""
     fa = "on" if args.profile == "fast" else "off"
     cmd = [str(binary), "-m", str(model), "-p", "0", "-n", str(args.tokens), "-t", str(args.threads)]
+    cmd += ["-d", str(args.depth)]
     out = subprocess.run([*cmd, "-r", "1", "-fa", fa, "-o", "json"], capture_output=True, text=True, check=False)
     try:
         return float(json.loads(out.stdout)[0]["avg_ts"])
@@ -97,12 +113,18 @@ def main() -> None:
     ap.add_argument("--profile", choices=("exact", "fast"), default="exact", help="our profile; FA follows it")
     ap.add_argument("--n-ctx", type=int, default=0, help="our context window (default: the configured one)")
     ap.add_argument("--llama-bench", help="the llama-bench binary (default: native-compare.sh's build)")
+    ap.add_argument("--depth", type=int, help="llama-bench's depth in tokens (default: our prompt's prefill)")
     args = ap.parse_args()
     if shutil.which("skippy-tui") is None:
         sys.exit("skippy-tui is not on PATH: activate the project's virtual environment first")
     binary, model = find_llama_bench(args.llama_bench), target_file()
+    if args.depth is None:
+        args.depth = prompt_depth(args)
     load = os.getloadavg()[0]
-    print(f"{model.name}, {args.tokens} tokens, {args.threads} threads, profile {args.profile}, load {load:.2f}")
+    print(
+        f"{model.name}, {args.tokens} tokens at depth {args.depth}, {args.threads} threads, "
+        f"profile {args.profile}, load {load:.2f}"
+    )
     bench, ours = [], []
     for r in range(args.rounds):
         if r % 2 == 0:
