@@ -65,6 +65,7 @@ from .bench_run import draw_seed, run_bench, run_greedy_reference, run_identity
 from .bench_sampler import sampler_cost, target_rows
 from .bench_stats import identity_summary, summarise
 from .bench_suite import (
+    CONTROL,
     DEFAULT_KS,
     EXTRA,
     IDENTITY_KS,
@@ -134,6 +135,11 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
         "--profiles", action="store_true", default=False,
         help="the exact and fast profiles side by side instead: tokens/s plain and speculative, "
         "replies differing from plain and the target's top-2 logit margin there",
+    )  # fmt: skip
+    b.add_argument(
+        "--control", action="store_true", default=False,
+        help=f"also run the default configuration a second time ('{CONTROL}', its own learned state): "
+        "its ratio to the default shows how far this machine's noise alone moves two equal methods",
     )  # fmt: skip
     b.add_argument("--json", action="store_true", default=False, help="print the report as JSON on stdout")
     b.add_argument("--save", type=Path, default=None, metavar="FILE", help="also write the JSON report to FILE")
@@ -255,7 +261,7 @@ def _bench_report(
     """The suite: every method, then (sampled) the greedy reference and the sampler's cost."""
     greedy = gen.sampling.greedy
     has_model = speculator.model_drafter is not None
-    methods = methods_for(ks, has_model, samplers)
+    methods = methods_for(ks, has_model, samplers, control=getattr(args, "control", False))
     reference = has_model and not greedy
     total = len(prompts) * (len(methods) * args.repeats + reference) + (0 if args.no_warmup else len(methods))
     progress = Progress(total, enabled=not args.no_progress)

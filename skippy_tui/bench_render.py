@@ -169,6 +169,16 @@ def render_text(report: dict[str, Any]) -> str:
                 for p, v in g["default_vs_best"].items()
             )
         )
+    if g.get("default_vs_control"):
+        ratios = [v["ratio"] for v in g["default_vs_control"].values()]
+        lines.append(
+            f"  control, the default over a second copy of itself ({min(ratios):.2f}-{max(ratios):.2f}: "
+            "what noise alone makes of equal methods here):  "
+            + "  ".join(
+                f"{p} {v['ratio']:.2f} (paired {_fmt(v['paired_ratio'], '.2f')})"
+                for p, v in g["default_vs_control"].items()
+            )
+        )
     if g["ngram_rewrite_vs_plain"]:
         lines.append(
             f"  n-gram >= 1.5 x plain on rewrite prompts: {_yes(g['ngram_met'])}  "

@@ -17,7 +17,7 @@ from typing import Any
 from .bench_core import BenchPrompt, RunResult, first_difference
 from .bench_core import ratio as _ratio
 from .bench_core import rounded as _round
-from .bench_suite import DEFAULT, Method, acceptance_k
+from .bench_suite import CONTROL, DEFAULT, Method, acceptance_k
 from .engine.cost_model import Costs, break_even_acceptance
 from .engine.stats import AcceptanceStats
 
@@ -203,6 +203,7 @@ def summarise(
     adaptive_ok: dict[str, Any] = {}
     ngram_ok: dict[str, Any] = {}
     default_ok: dict[str, Any] = {}
+    control: dict[str, Any] = {}
     for p in prompts:
         row = cells[p.name]
         plain = row.get("plain")
@@ -235,6 +236,12 @@ def summarise(
                 "ratio_to_plain": round(mine / plain_tps, 3),
                 "met": bool(ratio and ratio >= GOAL_DEFAULT and mine >= plain_tps),
             }
+            if CONTROL in row and row[CONTROL].tokens_per_second:
+                again = row[DEFAULT].paired_ratio(row[CONTROL])
+                control[p.name] = {
+                    "ratio": round(mine / row[CONTROL].tokens_per_second, 3),
+                    "paired_ratio": round(again, 3) if again else None,
+                }
     same, total = identity_counts(cells, prompts, methods, greedy)
     best_ok = {} if greedy else best_fixed_goal(best)
     acceptance = None if greedy else acceptance_goal(cells, prompts, methods, greedy_ref, acceptance_k(ks))
@@ -245,6 +252,8 @@ def summarise(
         "ngram_met": all(v["met"] for v in ngram_ok.values()) if ngram_ok else None,
         "default_vs_best": default_ok,
         "default_met": all(v["met"] for v in default_ok.values()) if default_ok else None,
+        # --control: the default over a second copy of itself, per prompt (no goal: the noise)
+        "default_vs_control": control,
         "identical_met": same == total if total else None,
         "identical_runs": {"identical": same, "total": total},
         "best_fixed_vs_plain": best_ok,

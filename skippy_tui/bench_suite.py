@@ -98,7 +98,8 @@ class Method:
     its overrides of the bench's sampling settings (e.g. the sampler).
 
     ``variant``: "" for the main columns, else the suffix of a second sampler's
-    column (``rej``); costs and goals are taken from the main columns only.
+    column (``rej``) or ``control`` (:data:`CONTROL`); costs and goals are taken from
+    the main columns only.
     """
 
     name: str
@@ -115,13 +116,21 @@ class Method:
 DEFAULT = "default"
 """The column of the default configuration: source = "auto", n_draft = "auto"."""
 
+CONTROL = "default again"
+"""``--control``'s column: the default configuration a second time, with its own learned
+state. Equal methods, so its ratio to the default is what the bench's noise alone makes of
+two methods (an A/A comparison); it is no "other method" of the default's goal."""
 
-def methods_for(ks: Sequence[int], has_model: bool, samplers: Sequence[str] = ("coupled",)) -> list[Method]:
+
+def methods_for(
+    ks: Sequence[int], has_model: bool, samplers: Sequence[str] = ("coupled",), control: bool = False
+) -> list[Method]:
     """plain, k=… (fixed), auto, ngram, ngram+model and the default configuration (auto
     source and k); model methods only with a draft.
 
     Every method runs under ``samplers[0]``; each further sampler repeats the
     model methods (``k=4 rej``). Plain decoding is the same under any sampler.
+    ``control``: the default once more, last (:data:`CONTROL`).
     """
     first = {"sampler": samplers[0]}
     out = [Method("plain", {"enabled": False}, sampling=first)]
@@ -138,6 +147,9 @@ def methods_for(ks: Sequence[int], has_model: bool, samplers: Sequence[str] = ("
         out.append(Method(DEFAULT, model[-1][1], False, first))
     for s in samplers[1:] if has_model else ():
         out += [Method(f"{name} {SHORT[s]}", st, True, {"sampler": s}, SHORT[s]) for name, st in model]
+    if control:
+        default = next(m for m in out if m.name == DEFAULT)
+        out.append(Method(CONTROL, default.settings, default.needs_model, default.sampling, "control"))
     return out
 
 

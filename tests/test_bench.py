@@ -21,12 +21,13 @@ from skippy_tui.engine.settings import GenerationSettings
 
 def test_bench_json_end_to_end(capsys):
     rc = main(["bench", "--prompts", "rewrite-replace", "--repeats", "1", "--max-tokens", "8", "--k", "2",
-               "--json", "--no-progress", "--no-warmup"])  # fmt: skip
+               "--json", "--no-progress", "--no-warmup", "--control"])  # fmt: skip
     assert rc == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["meta"]["methods"] == ["plain", "k=2", "auto", "ngram", "ngram+model", "default"]
+    names = ["plain", "k=2", "auto", "ngram", "ngram+model", "default", "default again"]
+    assert report["meta"]["methods"] == names
     row = report["results"]["rewrite-replace"]
-    assert set(row) == {"plain", "k=2", "auto", "ngram", "ngram+model", "default"}
+    assert set(row) == set(names)
     for name, r in row.items():
         assert r["tokens_per_second"] > 0 and r["n_tokens"] == 8
         assert r["identical_to_plain"] is True, name
@@ -44,7 +45,9 @@ def test_bench_json_end_to_end(capsys):
     assert goals["identical_met"] is True
     assert set(goals["ngram_rewrite_vs_plain"]) == {"rewrite-replace"}
     assert "rewrite-replace" in goals["adaptive_vs_best"]
-    assert goals["default_vs_best"]["rewrite-replace"]["best_other"] in row
+    assert goals["default_vs_best"]["rewrite-replace"]["best_other"] in set(names) - {"default", "default again"}
+    control = goals["default_vs_control"]["rewrite-replace"]
+    assert control["ratio"] > 0 and control["paired_ratio"] > 0
     # each method's steps by kind add up to its reply: plain's are all plain, k=2's all the model's
     for name, r in row.items():
         kinds = r["by_source"]
@@ -226,6 +229,27 @@ class FakeSpeculator:
         )  # fmt: skip
 
 
+def test_the_control_column_is_the_default_again_and_no_other_method_of_its_goal():
+    """``--control``: the default's settings once more, its own column; its ratio to the
+    default is reported, and however fast it ran it is not the default's "best other"."""
+    methods = methods_for((2,), True, control=True)
+    default, control = methods[-2], methods[-1]
+    assert (default.name, control.name) == ("default", "default again")
+    assert control.settings == default.settings and control.variant == "control"
+    prompts = [p for p in SUITE if p.name == "chat"]
+    same = (1, 2, 3)
+    tps = {"plain": 20, "k=2": 24, "auto": 23, "ngram": 19, "ngram+model": 22, "default": 23.5, "default again": 26}
+    cells = {"chat": {m: Cell([_run(v, same, 4, 3)]) for m, v in tps.items()}}
+    report = summarise(cells, prompts, methods, (2,), greedy=True)
+    g = report["goals"]
+    assert g["default_vs_best"]["chat"]["best_other"] == "k=2" and g["default_met"] is True
+    assert g["default_vs_control"] == {"chat": {"ratio": round(23.5 / 26, 3), "paired_ratio": round(23.5 / 26, 3)}}
+    assert g["identical_runs"]["total"] == 6  # the control's run must equal plain's too
+    report["meta"] = {"target": "t.gguf", "draft": "d.gguf", "threads": 2, "greedy": True, "max_tokens": 8,
+                      "repeats": 1, "n_draft_max": 8, "methods": [m.name for m in methods]}  # fmt: skip
+    assert "control, the default over a second copy of itself (0.90-0.90" in render_text(report)
+
+
 def test_every_method_of_a_repeat_gets_that_repeats_seed():
     fake = FakeSpeculator()
     gen = GenerationSettings(SamplingParams(temperature=0.8), max_tokens=4)
@@ -308,7 +332,7 @@ def test_sampled_summary_goals():
     assert set(g) == {
         "adaptive_vs_best", "adaptive_met", "ngram_rewrite_vs_plain", "ngram_met", "identical_met", "identical_runs",
         "best_fixed_vs_plain", "best_fixed_met", "acceptance_vs_greedy", "acceptance_met", "default_vs_best",
-        "default_met",
+        "default_met", "default_vs_control",
     }  # fmt: skip
     assert g["identical_met"] is True and g["identical_runs"] == {"identical": 12, "total": 12}  # rejection not counted
     assert g["ngram_rewrite_vs_plain"] == {} and g["default_vs_best"]["chat"]["ratio"] == round(23 / 24, 3)
