@@ -98,12 +98,13 @@ def render_text(report: dict[str, Any]) -> str:
             cells.append(f"{_fmt(r['acceptance_rate'], '.0%')} / {_fmt(r['mean_accepted_length'], '.2f')}".rjust(cw))
         lines.append(p.ljust(w) + "".join(cells))
     lines += ["", "acceptance by position (all prompts' steps pooled per method)"]
+    mw = max(12, max(len(m) for m in methods) + 1)
     for m in methods:
         if m == "plain":
             continue
         pooled = _pooled_positions(report, m)
         if pooled:
-            lines.append(f"  {m:<12}" + " ".join(f"{i + 1}:{a:.0%}" for i, a in enumerate(pooled)))
+            lines.append(f"  {m:<{mw}}" + " ".join(f"{i + 1}:{a:.0%}" for i, a in enumerate(pooled)))
     lines += ["", "k chosen by auto / ngram (mean k, share of plain steps)"]
     for p, row in report["results"].items():
         parts = [f"{m} {row[m]['mean_k']:.1f}, {row[m]['plain_step_share']:.0%}" for m in ("auto", "ngram") if m in row]
