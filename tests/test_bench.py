@@ -247,7 +247,9 @@ def test_the_control_column_is_the_default_again_and_no_other_method_of_its_goal
     assert g["identical_runs"]["total"] == 6  # the control's run must equal plain's too
     report["meta"] = {"target": "t.gguf", "draft": "d.gguf", "threads": 2, "greedy": True, "max_tokens": 8,
                       "repeats": 1, "n_draft_max": 8, "methods": [m.name for m in methods]}  # fmt: skip
-    assert "control, the default over a second copy of itself (0.90-0.90" in render_text(report)
+    text = render_text(report)
+    assert "control, the default over a second copy of itself (0.90-0.90" in text
+    assert "\n  default again 1:" in text  # its acceptance-by-position row: name, then figures
 
 
 def test_every_method_of_a_repeat_gets_that_repeats_seed():
