@@ -3,6 +3,7 @@ and greedy output equal to plain decoding on the real default pair."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from skippy_tui.engine.cost_model import (
     break_even_acceptance,
     expected_rates,
     expected_step_ms,
+    expected_steps,
     expected_tokens,
     net_gains,
 )
@@ -213,6 +215,53 @@ def test_rollback_cost_follows_the_rejection_probability():
     assert 1000 * expected_tokens(2, [be] * 2) / expected_step_ms(2, costs, None, [be] * 2) == pytest.approx(
         100.0, rel=1e-6
     )
+
+
+def test_a_proposal_taken_whole_is_charged_the_sync_it_leaves():
+    """After a rejection the draft's next sync only truncates; after a proposal taken whole
+    it decodes the last proposed token, which drafting never decodes. A step at k pays
+    that extend with A(k), the probability that all k tokens are offered and accepted."""
+    costs = Costs(verify=[10.0] * 5, draft_per_call=0.0, sync=0.5, sync_whole=8.0)
+    assert expected_step_ms(2, costs, None, [1.0, 1.0]) == pytest.approx(10.5 + 8.0)
+    assert expected_step_ms(2, costs, None, [0.5, 0.5]) == pytest.approx(10.5 + 8.0 * 0.25)
+    # the draft offers its second token half the time: taken whole (both) half the time
+    assert expected_step_ms(2, costs, [1.0, 0.5], [1.0, 1.0]) == pytest.approx(10.5 + 8.0 * 0.5)
+    assert expected_step_ms(0, costs) == pytest.approx(10.0)  # plain steps leave no draft work
+    accept = [0.9, 0.8, 0.7, 0.6]
+    _, ms = expected_steps(4, accept, costs)
+    for k in range(5):
+        assert ms[k] == pytest.approx(expected_step_ms(k, costs, None, accept[:k]))
+
+
+def _observe_sync(policy: AdaptiveK, k: int, n_accepted: int, sync_tokens: int, sync_ms: float) -> None:
+    policy.observe(
+        k=k, n_proposed=k, n_accepted=n_accepted, sync_ms=sync_ms, draft_ms=3.0 * k, verify_ms=10.0 + k,
+        sync_tokens=sync_tokens,
+    )  # fmt: skip
+
+
+def test_steady_syncs_are_kept_by_kind_not_as_one_median():
+    """The default pair's steady syncs: ~0.1 ms after a rejection, ~9 ms (a draft decode)
+    after a proposal taken whole. One median of both is whichever kind the recent k made
+    more common — 9 ms at k=2, 0.1 at k=8 — so every k was charged the wrong mix. Kept
+    apart, the truncate is the base sync and the extend is charged per k (A(k))."""
+    policy = AdaptiveK()
+    _observe_sync(policy, 0, 0, 0, 0.0)
+    for i in range(30):  # 2 of every 3 steps taken whole
+        whole = i % 3 != 0
+        _observe_sync(policy, 2, 2 if whole else 1, 1 if whole else 0, 9.0 if whole else 0.1)
+    costs = policy.costs(8)
+    assert costs is not None
+    assert costs.sync == pytest.approx(0.1) and costs.sync_whole == pytest.approx(8.9)
+    assert policy.sync.value == pytest.approx(9.0)  # what the single median charged every step
+    # k=2 is charged 0.1 + 8.9 * A(2) (A: both offered and accepted, ~2/3 here), not 9
+    accept, offer = policy.acceptance(2), policy.offer(2)
+    whole = offer[0] * accept[0] * offer[1] * accept[1]
+    assert 0.5 < whole < 0.8
+    _, ms = expected_steps(2, accept, costs, offer)
+    _, single = expected_steps(2, accept, dataclasses.replace(costs, sync=9.0, sync_whole=0.0), offer)
+    assert single[2] - ms[2] == pytest.approx(9.0 - 0.1 - 8.9 * whole)
+    assert single[0] == ms[0]  # plain steps are charged no sync either way
 
 
 def test_chooser_finds_the_acceptance_cliff():

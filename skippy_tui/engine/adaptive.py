@@ -11,8 +11,9 @@ terms, in ms, as the median of its most recent measurements:
 * ``r``: what a rejection adds to its step (removing the rejected positions
   from the target's KV cache, the panel's top-k lists) — not charged to plain
   steps, which never roll back;
-* ``s``: the draft's steady sync, of a step that follows one it drafted (a
-  one-token extend or a rollback), plus ``C(b) / H``:
+* ``s``: the draft's steady sync, of a step that follows one it drafted: after a
+  rejection a truncate, after a proposal taken whole a one-token extend, kept apart
+  (``s`` and ``w``, charged through ``A(k)``: :mod:`~.cost_model`), plus ``C(b) / H``:
 * ``C(b)``: the catch-up, what syncing a draft ``b`` tokens behind costs more
   than ``s`` (``b`` grows with every step it did not draft: plain steps, or
   the other source's). Measured by prefill length like ``V``; before that,
@@ -239,7 +240,9 @@ class AdaptiveK:
         self.draft_first = Recent()  # ms of a proposal's first call, when timed one by one
         self.draft_next = Recent()  # ms of each later call (the mean over a step's)
         self.prefill = VerifyCosts()  # the draft's sync ms by tokens prefilled
-        self.sync = Recent()
+        self.sync = Recent()  # every steady sync (none behind, or the one token a whole proposal left)
+        self.sync_none = Recent()  # ... of them, those that decoded nothing (after a rejection: a truncate)
+        self.sync_one = Recent()  # ... and those that decoded one token (after a proposal taken whole)
         self.overhead = Recent()
         self.rollback = Recent()
         self.counts = _Counts()
@@ -275,6 +278,7 @@ class AdaptiveK:
 
     def _forget_draft_costs(self) -> None:
         self.draft_call, self.draft_first, self.draft_next, self.sync = Recent(), Recent(), Recent(), Recent()
+        self.sync_none, self.sync_one = Recent(), Recent()
         self._draft_speeds = Recent()
         self.prefill = VerifyCosts()
 
@@ -351,6 +355,8 @@ class AdaptiveK:
             # the steady sync: a catch-up after steps this source did not draft is C(b), not s
             if (sync_tokens is not None and sync_tokens <= 1) or (sync_tokens is None and self._prev_k > 0):
                 self.sync.add(sync_ms / f)
+                if sync_tokens is not None:
+                    (self.sync_one if sync_tokens else self.sync_none).add(sync_ms / f)
         self._count_step(k, n_proposed, n_accepted, expected)
 
     def _count_step(self, k: int, n_proposed: int, n_accepted: int, expected: Sequence[float | None] = ()) -> None:
@@ -495,11 +501,17 @@ class AdaptiveK:
         if first is not None:
             per_call = self.draft_next.value if self.draft_next.value is not None else first
         s = self.sync.value if self.sync.value is not None else (first or d)
+        whole = 0.0
+        if self.sync_none.value is not None and self.sync_one.value is not None:
+            # steady syncs come in two kinds, and their median is whichever kind the recent
+            # steps' k made the more common: ~0 ms after a rejection, a draft decode after a
+            # proposal taken whole. Each step is charged its own mix (Costs.sync_whole).
+            s, whole = self.sync_none.value, max(self.sync_one.value - self.sync_none.value, 0.0)
         s += self.catchup_ms(behind) / max(horizon or self.horizon, 1.0)
         o = self.overhead.value or 0.0
         r = self.rollback.value or 0.0
         verify = [(self.verify.at(b) or 0.0) * f for b in range(1, k_max + 2)]
-        return Costs(verify, per_call * f, s * f, o * f, r * f, first * f if first is not None else None)
+        return Costs(verify, per_call * f, s * f, o * f, r * f, first * f if first is not None else None, whole * f)
 
     def rates(
         self, k_max: int, behind: int = 0, horizon: float | None = None, run: int | None = None

@@ -7,14 +7,17 @@ the draft finder report :func:`break_even_acceptance`.
 Per step with ``k`` proposed tokens (ms)::
 
     T(0) = o + V(1)
-    T(k) = o + s + c_1 + c_d * (D(k) - 1) + V(1 + M(k)) + r * R(k)      k >= 1
+    T(k) = o + s + w * A(k) + c_1 + c_d * (D(k) - 1) + V(1 + M(k)) + r * R(k)      k >= 1
 
     E(k) = 1 + sum_{i=1..k} prod_{j=1..i} q_j * a_j
 
 * ``o``: per-step overhead outside sync/draft/verify; ``s``: the draft's sync (any
-  catch-up included, :meth:`~.adaptive.AdaptiveK.costs`); ``r``: what a rejection adds to
-  its step, charged through ``R(k)``, the probability that a step proposing up to ``k``
-  tokens has one rejected (plain steps never roll back);
+  catch-up included, :meth:`~.adaptive.AdaptiveK.costs`); ``w``: what a proposal taken
+  whole adds to the next sync, charged through ``A(k)``, the probability that all ``k``
+  tokens are offered and accepted (the draft never decoded its last proposed token, so the
+  next sync decodes it; after a rejection the sync only truncates); ``r``: what a rejection
+  adds to its step, charged through ``R(k)``, the probability that a step proposing up to
+  ``k`` tokens has one rejected (plain steps never roll back);
 * ``c_1``, ``c_d``: the draft's first call of a proposal and each later one;
 * ``V(b)``: the target's verify ms for ``b`` rows (linear between integer sizes);
 * ``D(k) = sum_{i=1..k} P(m >= i-1)`` draft calls, ``M(k) = sum_{i=1..k} P(m >= i)``
@@ -43,6 +46,9 @@ class Costs:
     rollback: float = 0.0
     draft_first: float | None = None
     """The first draft call of a proposal, when it differs (``draft_per_call`` is then each later one)."""
+    sync_whole: float = 0.0
+    """``w``: the next sync's extra ms after a proposal accepted whole (a one-token extend
+    where a rejection leaves only a truncate)."""
 
     def draft_ms(self, calls: float) -> float:
         """Draft ms of a proposal making ``calls`` expected decodes (>= 1 once it proposes)."""
@@ -72,8 +78,8 @@ def expected_step_ms(
 ) -> float:
     """``T(k)``: expected ms of a step proposing up to ``k`` tokens.
 
-    ``accept`` (``a_1..a_k``) is needed only to charge ``costs.rollback``; without
-    it no step is assumed to reject.
+    ``accept`` (``a_1..a_k``) is needed only to charge ``costs.rollback`` and
+    ``costs.sync_whole``; without it no step is assumed to reject or to be taken whole.
     """
     if k <= 0:
         return costs.overhead + costs.verify_at(1)
@@ -87,7 +93,9 @@ def expected_step_ms(
         if accept is not None:
             rejects += reach * q * (1.0 - accept[i])
             reach *= q * accept[i]
-    return costs.overhead + costs.sync + costs.draft_ms(calls) + costs.verify_at(1 + offered) + costs.rollback * rejects
+    whole = reach if accept is not None else 0.0  # A(k)
+    fixed = costs.overhead + costs.sync + costs.sync_whole * whole
+    return fixed + costs.draft_ms(calls) + costs.verify_at(1 + offered) + costs.rollback * rejects
 
 
 def expected_steps(
@@ -113,7 +121,8 @@ def expected_steps(
         p *= q
         offered += p
         tokens_by_k.append(tokens)
-        ms_by_k.append(fixed + costs.draft_ms(calls) + costs.verify_at(1 + offered) + costs.rollback * rejects)
+        ms = fixed + costs.sync_whole * reach + costs.draft_ms(calls) + costs.verify_at(1 + offered)
+        ms_by_k.append(ms + costs.rollback * rejects)
     return tokens_by_k, ms_by_k
 
 
