@@ -636,7 +636,11 @@ def test_adaptive_policy_persists_per_source(pair):
     assert ngram.steps[0].k_reason == "auto: measuring draft"
     pair.update(source="model")
     back = Run(pair.run(user(IDENTITY_PROMPTS[0]), gen))
-    assert not any(s.k_reason.startswith("auto: measuring") for s in back.steps), [s.k_reason for s in back.steps]
+    reasons = [s.k_reason for s in back.steps]
+    # a re-measure because the machine's speed moved since (REMEASURE_SPEED; a fresh-clone CI
+    # saw "target speed x1.18 since" during a plain streak) is no forgetting
+    moved = next((i for i, r in enumerate(reasons) if r.startswith("auto: re-measuring draft")), len(reasons))
+    assert not any(r.startswith("auto: measuring") for r in reasons[:moved]), reasons
 
 
 def test_chooser_recovers_after_a_load_spike():
