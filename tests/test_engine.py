@@ -77,8 +77,10 @@ def test_incremental_sync_proposes_what_a_fresh_reset_does(draft_runner) -> None
     # both proposed tokens accepted, then the verifier commits a third token
     extended = [*context, *first, m.tokenize(" and", False)[0]]
     assert incremental.cache.state.plan(extended).__class__.__name__ == "Extend"
-    assert incremental.sync(extended) == SyncInfo("extend", len(context) + 1, len(extended) - 1)
+    # the one token a proposal taken whole leaves is decoded in the next proposal's first batch
+    assert incremental.sync(extended) == SyncInfo("extend", len(context) + 1, len(extended) - 1, folded=True)
     got = incremental.propose(extended, 4, 0.0).tokens
+    assert incremental.cache.state.tokens == (*extended, *got[:-1])  # drafting never decodes its last token
 
     fresh = draft_runner()
     assert fresh.sync(extended).kind == "reset"
@@ -240,6 +242,9 @@ def test_each_step_leaves_both_caches_holding_committed_tokens(spec: Speculator)
             assert len(st.target_top) == 5 and len(st.draft_top) == 5
             assert st.target_top[0].id == st.committed.id  # greedy correction = target's argmax
         assert st.draft_ms >= 0 and st.verify_ms > 0
+        # the one token a whole proposal leaves rides in the next proposal's first draft call
+        assert st.sync.folded == (st.sync.kind == "extend" and st.sync.end - st.sync.start == 1)
+    assert any(st.sync.folded for st in run.steps)  # greedy on the default pair: most proposals are taken whole
     # the target cache holds the prompt and the reply but the last token
     assert spec.n_past == prompt_len + run.finish.n_tokens - 1
     draft_state = spec.drafter.cache.state.tokens  # type: ignore[union-attr]
@@ -499,6 +504,43 @@ def test_a_failed_draft_decode_records_nothing_it_did_not_decode(draft_runner, m
     # the next sync brings the failed session back to what a fresh one proposes
     drafter.sync(context)
     assert drafter.propose(context, 4, 0.0).tokens == fresh.propose(context, 4, 0.0).tokens
+
+
+def test_a_folded_sync_whose_first_decode_fails_records_nothing_and_is_planned_again(draft_runner, monkeypatch) -> None:
+    from skippy_tui.engine.errors import DecodeError
+
+    drafter = draft_runner()
+    m = drafter.model
+    context = m.tokenize("<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n", False)
+    drafter.sync(context)
+    first = drafter.propose(context, 2, 0.0).tokens
+    extended = [*context, *first, m.tokenize(" and", False)[0]]  # both taken, then a bonus token
+    held = drafter.cache.state.tokens
+    assert drafter.sync(extended).folded and drafter.cache.state.tokens == held  # planned, not decoded
+    assert drafter.behind(extended) == 1
+    real = drafter.cache.ctx.decode
+
+    def failing(tokens, pos0, n_logits=1):
+        assert len(tokens) == 2 and pos0 == len(held)  # the extend's token and the one drafting starts from
+        drafter.cache.ctx.remove_from(pos0)
+        raise DecodeError("injected")
+
+    monkeypatch.setattr(drafter.cache.ctx, "decode", failing)
+    with pytest.raises(DecodeError):
+        drafter.propose(extended, 4, 0.0)
+    assert drafter.cache.state.tokens == held and drafter.cache.ctx.pos_max() == len(held) - 1
+    monkeypatch.setattr(drafter.cache.ctx, "decode", real)
+    # a folded sync no proposal followed leaves nothing pending: the next one plans the same extend
+    assert drafter.sync(extended) == SyncInfo("extend", len(held), len(held) + 1, folded=True)
+    got = drafter.propose(extended, 4, 0.0).tokens
+    fresh = draft_runner()
+    fresh.sync(extended)
+    assert got == fresh.propose(extended, 4, 0.0).tokens
+    # a longer extend (a catch-up) is a prefill of its own
+    longer = [*extended, *got, *m.tokenize(" blue and green", False)]
+    info = drafter.sync(longer)
+    assert info.kind == "extend" and info.end - info.start > 1 and not info.folded
+    assert drafter.cache.state.tokens == tuple(longer[:-1])
 
 
 def test_a_failed_target_prefill_records_nothing(spec: Speculator, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,6 +5,12 @@ top probability falls below ``p_min`` (as llama.cpp's speculative example does).
 Each proposal step is recorded in the sync bookkeeping only after its decode
 succeeded, and recorded steps join the synced prefix, so the next sync after an
 accepted proposal is an ``extend`` and after a rejection a ``truncate``.
+
+The ``extend`` a proposal taken whole leaves is one token: the last proposed
+one, which drafting never decodes. Decoded alone it would cost a whole draft
+call (~9 ms on the default pair, about what the next call costs), so the sync
+only plans it and the proposal's first call decodes it with the token it starts
+from, as one two-row batch (:data:`FOLD_MAX`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,11 @@ from .native import Context, Model
 from .sampling import Candidates
 from .sync import Extend, Reset, Truncate
 from .verify import GREEDY_DRAFT, DraftRule, ReplySampler
+
+FOLD_MAX = 1
+"""The longest ``extend`` a sync leaves to the proposal's first decode (tokens). One
+covers the steady case; a longer catch-up is a prefill of its own (timed as one,
+cancellable, and costed by ``auto`` as ``C(b)``)."""
 
 
 @dataclass(frozen=True)
@@ -85,12 +96,25 @@ class ModelDrafter:
         self.cache = KvCache(ctx)
         # ids the target has: a draft vocabulary may be larger (compat allows a few extra ids)
         self.vocab_limit = model.n_vocab
+        # an extend the last sync planned but left to the proposal: (epoch, from_, to)
+        self._folded: tuple[object | None, int, int] | None = None
 
     def room(self, context: Sequence[int]) -> int:
         # proposing k tokens decodes context[-1] and k-1 proposals after context[:-1]
         return self.cache.ctx.n_ctx - len(context) + 1
 
     def sync(self, context: Sequence[int], epoch: object | None = None) -> SyncInfo:
+        """Bring the cache to ``context[:-1]``, or leave an extend of up to
+        :data:`FOLD_MAX` tokens to :meth:`propose` (``SyncInfo.folded``).
+
+        Raises:
+            ContextFullError, DecodeError: from the prefill (never for a folded extend).
+        """
+        self._folded = None
+        plan = self.cache.state.plan(context, epoch)
+        if isinstance(plan, Extend) and plan.to - plan.from_ <= FOLD_MAX and self.cache.ctx.n_batch > FOLD_MAX:
+            self._folded = (epoch, plan.from_, plan.to)
+            return SyncInfo("extend", plan.from_, plan.to, folded=True)
         return self.cache.sync(context, epoch=epoch)
 
     def behind(self, context: Sequence[int], epoch: object | None = None) -> int:
@@ -121,12 +145,19 @@ class ModelDrafter:
         no penalties); call :meth:`sync` first. ``stop(tokens)``: whether the proposal
         ends after the tokens drafted so far (checked after each one).
 
+        A folded sync's tokens (see :meth:`sync`) go in the first call's batch.
+
         Raises:
             ContextFullError, DecodeError: a draft decode failed; the steps
-                before it stay recorded, the failed one is not.
+                before it stay recorded, the failed one is not (a folded sync's
+                tokens are recorded with the first step).
         """
         if rule is None:
             rule = ReplySampler(GREEDY_DRAFT, 0).draft_rule(len(context))
+        folded, self._folded = self._folded, None
+        lead: list[int] = []
+        if folded is not None and folded[1] == self.cache.n_past and folded[2] == len(context) - 1:
+            lead = list(context[folded[1] : folded[2]])
         pos = self.cache.n_past
         current = context[-1]
         tokens: list[int] = []
@@ -137,8 +168,12 @@ class ModelDrafter:
         stopped = False
         for i in range(k):
             t = time.perf_counter()
-            logits = self.cache.ctx.decode([current], pos + i, 1)[0]
+            logits = self.cache.ctx.decode([*lead, current], pos + i, 1)[0]
             call_ms.append((time.perf_counter() - t) * 1000)
+            if lead:
+                self.cache.state.record_extend(lead)
+                self.cache.state.mark_synced(folded[0] if folded is not None else None)
+                pos, lead = pos + len(lead), []
             self.cache.state.record_proposal_step(current)
             rows.append(logits)
             tid, p, dist = rule.choose(logits)
@@ -154,4 +189,5 @@ class ModelDrafter:
         return Proposal(tuple(tokens), tuple(probs), tuple(rows), self.source, tuple(dists), tuple(call_ms), stopped)
 
     def reset(self) -> None:
+        self._folded = None
         self.cache.reset()

@@ -47,11 +47,14 @@ class SyncInfo:
 
     ``start``/``end`` are the prefilled range ``[start, end)`` (for truncate,
     ``start`` is the number of tokens kept); both 0 for ``synced``.
+    ``folded``: the range was not decoded by the sync itself but in the same
+    batch as the proposal's first draft call (its time is in the draft's).
     """
 
     kind: str
     start: int = 0
     end: int = 0
+    folded: bool = False
 
     def label(self) -> str:
         """Short badge text: ``synced``, ``extend 41..44``, ``truncate 38→44``, ``reset 0..44``."""

@@ -127,7 +127,8 @@ class InspectorScreen(ModalScreen[None]):
         dialog.border_subtitle = "← → step · esc close"
         head = Text()
         head.append("sync plan    ", style="bold")
-        head.append(f"{st.sync.label()}  ({st.sync_ms:.1f} ms)\n")
+        where = "decoded in the proposal's first draft call" if st.sync.folded else f"{st.sync_ms:.1f} ms"
+        head.append(f"{st.sync.label()}  ({where})\n")
         head.append("context      ", style="bold")
         head.append(f"{st.n_past_before} → {st.n_past_after} tokens in the target KV cache\n")
         head.append("proposal     ", style="bold")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, run, ui_config, wait_for_s
 
 from skippy_tui.cli import build_parser, main
 from skippy_tui.config import Config, ConfigError, config_path
-from skippy_tui.engine.events import StepVerified
+from skippy_tui.engine.events import StepVerified, SyncInfo
 from skippy_tui.engine.sampling import SamplingParams
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
@@ -117,6 +118,24 @@ def test_inspector_shows_top_k_at_the_first_rejection() -> None:
             assert screen.index == idx + 1
             await pilot.press("escape")
             await wait_until(pilot, lambda: not isinstance(app.screen, InspectorScreen), 5, "close")
+
+    run(body())
+
+
+def test_inspector_says_where_a_folded_sync_was_decoded() -> None:
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=SIZE) as pilot:
+            steps = list(app.panel.timeline.steps)
+            st = steps[1]
+            folded = SyncInfo("extend", st.n_past_before - 1, st.n_past_before, folded=True)
+            steps[1] = dataclasses.replace(st, sync=folded, sync_ms=0.01)
+            app.push_screen(InspectorScreen(steps, 1))
+            screen = await wait_for_screen(pilot, app, InspectorScreen, 5)
+            head = _head(screen)
+            assert f"{folded.label()}  (decoded in the proposal's first draft call)" in head
+            await pilot.press("left")  # an unfolded sync shows its own time
+            assert f"{steps[0].sync.label()}  ({steps[0].sync_ms:.1f} ms)" in _head(screen)
 
     run(body())
 
