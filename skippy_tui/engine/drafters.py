@@ -97,8 +97,6 @@ class ModelDrafter:
         self.cache = KvCache(ctx)
         # ids the target has: a draft vocabulary may be larger (compat allows a few extra ids)
         self.vocab_limit = model.n_vocab
-        # an extend the last sync planned but left to the proposal: (epoch, from_, to)
-        self._folded: tuple[object | None, int, int] | None = None
 
     def room(self, context: Sequence[int]) -> int:
         # proposing k tokens decodes context[-1] and k-1 proposals after context[:-1]
@@ -111,12 +109,7 @@ class ModelDrafter:
         Raises:
             ContextFullError, DecodeError: from the prefill (never for a folded extend).
         """
-        self._folded = None
-        plan = self.cache.state.plan(context, epoch)
-        if isinstance(plan, Extend) and plan.to - plan.from_ <= FOLD_MAX and self.cache.ctx.n_batch > FOLD_MAX:
-            self._folded = (epoch, plan.from_, plan.to)
-            return SyncInfo("extend", plan.from_, plan.to, folded=True)
-        return self.cache.sync(context, epoch=epoch)
+        return self.cache.sync(context, epoch=epoch, fold=FOLD_MAX)
 
     def behind(self, context: Sequence[int], epoch: object | None = None) -> int:
         """Tokens a :meth:`sync` to ``context`` would prefill now (0 when synced).
@@ -155,10 +148,9 @@ class ModelDrafter:
         """
         if rule is None:
             rule = ReplySampler(GREEDY_DRAFT, 0).draft_rule(len(context))
-        folded, self._folded = self._folded, None
-        lead: list[int] = []
-        if folded is not None and folded[1] == self.cache.n_past and folded[2] == len(context) - 1:
-            lead = list(context[folded[1] : folded[2]])
+        lead = self.cache.unsynced(context)  # a folded sync's tokens
+        if len(lead) > FOLD_MAX:
+            lead = []  # no sync came first: as before folding, decode from where the cache is
         pos = self.cache.n_past
         current = context[-1]
         tokens: list[int] = []
@@ -173,7 +165,6 @@ class ModelDrafter:
             call_ms.append((time.perf_counter() - t) * 1000)
             if lead:
                 self.cache.state.record_extend(lead)
-                self.cache.state.mark_synced(folded[0] if folded is not None else None)
                 pos, lead = pos + len(lead), []
             self.cache.state.record_proposal_step(current)
             rows.append(logits)
@@ -190,5 +181,4 @@ class ModelDrafter:
         return Proposal(tuple(tokens), tuple(probs), tuple(rows), self.source, tuple(dists), tuple(call_ms), stopped)
 
     def reset(self) -> None:
-        self._folded = None
         self.cache.reset()

@@ -28,26 +28,36 @@ class KvCache:
         return len(self.state)
 
     def sync(
-        self, context: Sequence[int], cancelled: Callable[[], bool] | None = None, epoch: object | None = None
+        self,
+        context: Sequence[int],
+        cancelled: Callable[[], bool] | None = None,
+        epoch: object | None = None,
+        fold: int = 0,
     ) -> SyncInfo:
         """Bring the cache to ``context[:-1]``; return what was done.
 
         ``epoch``: see :meth:`DraftSyncState.plan` (within one reply the context
-        only grows, so only the new tokens are compared).
+        only grows, so only the new tokens are compared). ``fold``: an ``extend``
+        of at most this many tokens is only planned (``SyncInfo.folded``); the
+        caller decodes them in its next batch (:meth:`unsynced`).
 
         Raises:
             ContextFullError, DecodeError: from the prefill; the bookkeeping then
                 matches what the cache still holds.
         """
-        info = self._sync(context, cancelled, epoch)
+        info = self._sync(context, cancelled, epoch, fold)
         self.state.mark_synced(epoch)
         return info
 
-    def _sync(self, context: Sequence[int], cancelled: Callable[[], bool] | None, epoch: object | None) -> SyncInfo:
+    def _sync(
+        self, context: Sequence[int], cancelled: Callable[[], bool] | None, epoch: object | None, fold: int
+    ) -> SyncInfo:
         plan = self.state.plan(context, epoch)
         if isinstance(plan, AlreadySynced):
             return SyncInfo("synced")
         if isinstance(plan, Extend):
+            if plan.to - plan.from_ <= fold and self.ctx.n_batch > fold:
+                return SyncInfo("extend", plan.from_, plan.to, folded=True)
             self._extend(context, plan.from_, plan.to, cancelled)
             return SyncInfo("extend", plan.from_, plan.to)
         if isinstance(plan, Truncate) and self._truncate(plan.keep):
@@ -57,6 +67,11 @@ class KvCache:
         self.reset()
         self._extend(context, 0, stop, cancelled)
         return SyncInfo("reset", 0, stop)
+
+    def unsynced(self, context: Sequence[int]) -> list[int]:
+        """The tokens of ``context[:-1]`` a folding :meth:`sync` left undecoded (empty
+        when it decoded them all)."""
+        return list(context[len(self.state) : len(context) - 1])
 
     def reset(self) -> None:
         """Empty the cache."""
