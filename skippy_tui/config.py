@@ -183,6 +183,7 @@ class Config:
         """``first``, with every other key set in the file or by a flag that is out of
         bounds on its own (each checked against the defaults of the others)."""
         lines = [str(first)]
+        first_key = getattr(first.__cause__, "key", None)
         for name in sorted(self.present):
             section, key = name.split(".", 1)
             alone = Config(source=self.source, present={name})
@@ -193,6 +194,8 @@ class Config:
                 try:
                     build()
                 except ConfigError as e:
+                    if first_key is not None and getattr(e.__cause__, "key", None) == first_key:
+                        continue  # the first error's key, against the others' defaults: a second verdict
                     if str(e) not in lines:
                         lines.append(str(e))
                 except SkippyError:

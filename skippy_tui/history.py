@@ -217,7 +217,7 @@ class HistoryStore:
         except UnicodeDecodeError as e:
             error = f"not UTF-8 text ({e.reason})"
         except json.JSONDecodeError as e:
-            error = f"not JSON ({e.msg} at line {e.lineno})"
+            error = f"not JSON ({e.msg}: line {e.lineno} column {e.colno})"
         except TranscriptError as e:
             error = str(e)
         except RecursionError:

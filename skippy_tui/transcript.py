@@ -227,7 +227,7 @@ class Transcript:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
-            raise TranscriptError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from e
+            raise TranscriptError(f"{path}: not JSON ({e.msg}: line {e.lineno} column {e.colno})") from e
         try:
             transcript = cls.from_dict(data)
         except TranscriptError as e:

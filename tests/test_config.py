@@ -143,3 +143,19 @@ def test_every_bad_key_is_reported_at_once(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(path).engine_spec()
     assert len(str(info.value).splitlines()) == 1
+
+
+def test_a_bad_key_judged_against_another_is_reported_once(tmp_path: Path) -> None:
+    """n_min = 10 with n_draft = 4 is out of 0..4; checked alone (n_draft auto, k up to 8) it
+    is out of 0..8 too, and both lines were printed, the second contradicting the first."""
+    path = tmp_path / "config.toml"
+    path.write_text("[speculation]\nn_draft = 4\nn_min = 10\n", "utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path).engine_spec()
+    assert str(info.value).splitlines() == [f"{path}: n_min = 10 is out of bounds: must be in 0..4"]
+    # another bad key still gets its own line
+    path.write_text("[speculation]\nn_draft = 4\nn_min = 10\np_min = 3.0\n", "utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path).engine_spec()
+    lines = str(info.value).splitlines()
+    assert len(lines) == 2 and "n_min = 10" in lines[0] and "p_min = 3.0" in lines[1], lines

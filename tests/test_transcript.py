@@ -138,6 +138,7 @@ def test_atomic_write_leaves_no_temp_file_on_failure(tmp_path: Path) -> None:
     [
         (None, "transcript not found"),
         ("{not json", "not JSON"),
+        ('{"a": "cut off', "not JSON (Unterminated string starting at: line 1 column 7)"),  # no "at at"
         ('{"format": "something-else"}', "not a skippy-tui transcript"),
         ('{"format": "skippy-tui-transcript", "format_version": 99}', "newer than this skippy-tui reads"),
         ('{"format": "skippy-tui-transcript", "messages": [{"role": "user"}]}', "malformed message"),
