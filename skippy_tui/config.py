@@ -315,6 +315,8 @@ def _check_value(source: Path | None, section: str, key: str, value: Any) -> Any
             allowed = "one of " + ", ".join(f'"{w}"' for w in _WORDS[section, key])
         if (section, key) in _INT_OR_WORD:
             allowed = f'an integer or "{_INT_OR_WORD[section, key]}"'
+        if isinstance(default, list) and isinstance(value, list):  # a list, of the wrong items
+            allowed = "a list of numbers" if key == "tensor_split" else "a list of strings"
         raise ConfigError(f"{where}[{section}] {key} = {value!r} is not allowed: expected {allowed}")
     return value
 

@@ -44,7 +44,12 @@ def test_the_example_config_loads_and_documents_every_key() -> None:
         ("[target]\nnctx = 4\n", r"unknown key \[target\] nctx; allowed: path, chat_template, n_ctx"),
         ("[models]\nx = 1\n", r"unknown section \[models\]"),
         ("[sampling]\ntemperature = -1\n", r"temperature = -1\.0 is out of bounds"),
-        ("[generation]\nstop = [1, 2]\n", r"\[generation\] stop = \[1, 2\] is not allowed: expected a list"),
+        ("[generation]\nstop = [1, 2]\n", r"\[generation\] stop = \[1, 2\] is not allowed: expected a list of strings"),
+        ("[generation]\nstop = 'x'\n", r"\[generation\] stop = 'x' is not allowed: expected a list$"),
+        (
+            "[target]\ntensor_split = [-1, 'a']\n",
+            r"tensor_split = \[-1, 'a'\] is not allowed: expected a list of numbers",
+        ),
         ("[target\n", r"config\.toml: invalid TOML"),
     ],
 )
