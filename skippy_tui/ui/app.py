@@ -115,8 +115,10 @@ class SkippyApp(
         Binding("f9", "history", "History", show=False),  # off the footer: F1 and the palette list it
         Binding("alt+up", "show_reply(-1)", "Previous reply", show=False),
         Binding("alt+down", "show_reply(1)", "Next reply", show=False),
-        Binding("alt+c", "copy_reply", "Copy reply", show=False),
-        Binding("alt+k", "copy_code", "Copy code block", show=False),
+        # priority: a terminal sends Alt+C as ESC c, which Textual reads as a printable "c" too,
+        # and the focused input (or on_key's redirect to it) typed it instead of copying
+        Binding("alt+c", "copy_reply", "Copy reply", show=False, priority=True),
+        Binding("alt+k", "copy_code", "Copy code block", show=False, priority=True),
         Binding("f6", "toggle_panel", "Panel", priority=True),  # over the input's own F6 (select line)
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from rich.text import Text
+from textual import events
 from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.cli import main
@@ -398,6 +399,28 @@ def test_copy_the_shown_reply_or_one_of_its_code_blocks() -> None:
             assert titles["copy_code"] == "Copy code block  (alt+k)"
             await app.run_action("copy_reply")
             assert app.clipboard == one_block
+
+    run(body())
+
+
+def test_alt_c_from_a_terminal_copies_and_types_nothing() -> None:
+    """A terminal's Alt+C is ESC c, which Textual reads as ``Key("alt+c", character="c")``
+    (printable): Pilot's press has no character, so the key is posted as the driver posts it."""
+    transcript = Transcript.load(CHAT_JSON)
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(), transcript=transcript, transcript_path=CHAT_JSON, load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            for focus in (app.prompt, app.chat):
+                focus.focus()
+                await pilot.pause()
+                app.copy_to_clipboard("")
+                key = events.Key("alt+c", "c")
+                assert key.is_printable
+                app.post_message(key)
+                await pilot.pause()
+                assert app.clipboard == transcript.entries[-1].content, focus
+                assert app.prompt.text == "", (focus, app.prompt.text)
 
     run(body())
 
