@@ -148,9 +148,8 @@ class ModelDrafter:
         """
         if rule is None:
             rule = ReplySampler(GREEDY_DRAFT, 0).draft_rule(len(context))
-        lead = self.cache.unsynced(context)  # a folded sync's tokens
-        if len(lead) > FOLD_MAX:
-            lead = []  # no sync came first: as before folding, decode from where the cache is
+        # a folded sync's tokens; none when no sync came first (decode from where the cache is)
+        lead = self.cache.unsynced(context, FOLD_MAX)
         pos = self.cache.n_past
         current = context[-1]
         tokens: list[int] = []

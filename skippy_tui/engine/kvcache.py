@@ -68,10 +68,11 @@ class KvCache:
         self._extend(context, 0, stop, cancelled)
         return SyncInfo("reset", 0, stop)
 
-    def unsynced(self, context: Sequence[int]) -> list[int]:
-        """The tokens of ``context[:-1]`` a folding :meth:`sync` left undecoded (empty
-        when it decoded them all)."""
-        return list(context[len(self.state) : len(context) - 1])
+    def unsynced(self, context: Sequence[int], fold: int) -> list[int]:
+        """The tokens of ``context[:-1]`` a folding :meth:`sync` left undecoded: empty when
+        it decoded them all, or when more than ``fold`` are missing (no sync came first)."""
+        start, stop = len(self.state), len(context) - 1
+        return list(context[start:stop]) if stop - start <= fold else []
 
     def reset(self) -> None:
         """Empty the cache."""
