@@ -28,7 +28,7 @@ from typing import Any
 
 from .engine.errors import SkippyError
 from .engine.jsoncache import atomic_write_text
-from .transcript import Transcript, TranscriptError, new_transcript_path
+from .transcript import Transcript, TranscriptError, new_transcript_path, not_json
 
 INDEX_NAME = ".index.json"
 INDEX_FORMAT = "skippy-tui-history-index"
@@ -217,7 +217,7 @@ class HistoryStore:
         except UnicodeDecodeError as e:
             error = f"not UTF-8 text ({e.reason})"
         except json.JSONDecodeError as e:
-            error = f"not JSON ({e.msg}: line {e.lineno} column {e.colno})"
+            error = not_json(e)
         except TranscriptError as e:
             error = str(e)
         except RecursionError:

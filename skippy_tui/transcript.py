@@ -34,6 +34,11 @@ FORMAT = "skippy-tui-transcript"
 FORMAT_VERSION = 1
 
 
+def not_json(e: json.JSONDecodeError) -> str:
+    """One line for a file that is not JSON: ``not JSON (<reason>: line L column C)``."""
+    return f"not JSON ({e.msg}: line {e.lineno} column {e.colno})"
+
+
 class TranscriptError(SkippyError):
     """A transcript file is missing, unreadable, not JSON, or not a transcript."""
 
@@ -227,7 +232,7 @@ class Transcript:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
-            raise TranscriptError(f"{path}: not JSON ({e.msg}: line {e.lineno} column {e.colno})") from e
+            raise TranscriptError(f"{path}: {not_json(e)}") from e
         try:
             transcript = cls.from_dict(data)
         except TranscriptError as e:
