@@ -113,6 +113,22 @@ def _file_type_name(code: int | None) -> str:
         return f"type {code}"
 
 
+# the gguf reader's own refusals (a newer version, an unknown value type, …) say what is wrong;
+# any other error comes from numpy slicing past the file's end: a truncated or corrupt file
+_READER_OWN = (
+    "Sorry, file appears", "Unknown/unhandled", "Found duplicated", "Duplicate ", "Bad type", "Invalid alignment",
+)  # fmt: skip
+
+
+def _unreadable(path: Path, error: Exception) -> str:
+    """One line for a GGUF file the reader failed on, without numpy's internals."""
+    text = str(error.args[0]) if error.args else str(error)
+    if text.startswith(_READER_OWN):
+        return f"corrupt or unsupported GGUF file {path}: {text}"
+    size = path.stat().st_size
+    return f"truncated or corrupt GGUF file {path}: its header describes data past its {size:,} bytes"
+
+
 def read_model_info(path: str | Path) -> ModelInfo:
     """Read a model's header (and its shards' tensor names) without loading weights.
 
@@ -148,8 +164,12 @@ def read_model_info(path: str | Path) -> ModelInfo:
                 bm = _BLOCK_RE.match(t.name)
                 if bm:
                     max_block = max(max_block, int(bm.group(1)))
-    except (ValueError, OSError, IndexError, KeyError, UnicodeDecodeError) as e:
-        raise ModelFileError(f"corrupt or unsupported GGUF file {p}: {e}") from e
+    except UnicodeDecodeError as e:
+        raise ModelFileError(f"corrupt GGUF file (a metadata string is not UTF-8): {p}") from e
+    except OSError as e:
+        raise ModelFileError(f"cannot read model file {p}: {e.strerror or e}") from e
+    except (ValueError, IndexError, KeyError) as e:
+        raise ModelFileError(_unreadable(p, e)) from e
     if not arch:
         raise ModelFileError(f"GGUF file has no general.architecture: {p}")
     if not tokens:

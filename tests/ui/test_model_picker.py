@@ -161,7 +161,7 @@ def test_picker_lists_targets_then_compatible_drafts(library: Path, cache_dir: P
             enabled = [text for _, disabled, text in rows if not disabled]
             assert len(enabled) == 3 and any(GEMMA_NAME in t for t in enabled)
             (broken,) = [text for _, disabled, text in rows if disabled]
-            assert "truncated" in broken and "broken: corrupt or unsupported GGUF" in broken
+            assert "truncated" in broken and "broken: truncated or corrupt GGUF" in broken
             await _to_drafts(app, pilot, picker, GEMMA_NAME)
             rows = _rows(picker)
             assert [oid for oid, disabled, _ in rows if not disabled] == [NONE_ID, NGRAM_ID]
