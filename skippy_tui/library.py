@@ -393,10 +393,15 @@ def scan_for_args(args: argparse.Namespace) -> tuple[list[Path], list[LibraryEnt
     ``None`` after a one-line note on stderr when none of the folders exists.
 
     Raises:
-        ConfigError: the config file is unreadable or holds a bad value.
+        ConfigError: a ``--dir`` is not a folder, or the config file is unreadable or
+            holds a bad value.
     """
-    from .config import cache_dir, load_config
+    from .config import ConfigError, cache_dir, load_config
 
+    for d in args.dirs or ():
+        # a folder asked for by name is a typo when missing (the defaults and the config's may be absent)
+        if not d.expanduser().is_dir():
+            raise ConfigError(f"--dir {d}: {'not a folder' if d.expanduser().exists() else 'no such folder'}", "--dir")
     cfg = load_config(getattr(args, "config", None))
     dirs = library_dirs(args.dirs or cfg.get("library", "dirs"))
     found = existing(dirs)
@@ -412,7 +417,8 @@ def scan_for_args(args: argparse.Namespace) -> tuple[list[Path], list[LibraryEnt
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    """``skippy-tui models``: the table (or ``--json``); exit 0, also when nothing is found."""
+    """``skippy-tui models``: the table (or ``--json``); exit 0, also when nothing is found
+    (2 when a ``--dir`` is not a folder)."""
     result = scan_for_args(args)
     if result is None:
         if args.json:

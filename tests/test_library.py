@@ -204,8 +204,12 @@ def test_models_with_no_folder_says_so_in_one_line(
     assert err.count("\n") == 1
     assert err.startswith("skippy-tui: no model folders found (looked in ")
     assert str(tmp_path / ".cache" / "huggingface" / "hub") in err
-    assert main(["models", "--dir", str(tmp_path / "missing")]) == 0
-    assert f"looked in {tmp_path / 'missing'});" in capsys.readouterr().err
+    # a folder named on the command line is a typo when missing: a usage error, as a bad --target is
+    assert main(["models", "--dir", str(tmp_path / "missing")]) == 2
+    assert capsys.readouterr().err == f"skippy-tui: error: --dir {tmp_path / 'missing'}: no such folder\n"
+    (tmp_path / "file").write_text("x")
+    assert main(["models", "--dir", str(tmp_path), "--dir", str(tmp_path / "file")]) == 2
+    assert capsys.readouterr().err.endswith(f"--dir {tmp_path / 'file'}: not a folder\n")
 
 
 def test_library_dirs_come_from_the_config_unless_a_dir_is_given(
