@@ -152,6 +152,7 @@ class Config:
             self.origins[f"{section}.{key}"] = origin
         else:
             self.values[section][key] = _check_value(self.source, section, key, value)
+            self.origins.pop(f"{section}.{key}", None)  # no longer the flag's value (e.g. the F8 picker's)
         self.present.add(f"{section}.{key}")
 
     # -- turning it into engine settings -----------------------------------------
@@ -225,6 +226,15 @@ class Config:
             elif target.path is None:
                 draft = ModelSpec(None, draft_load_params(t_load, overrides))
             use_draft = bool(d["enabled"]) and (draft is not None)
+            if not use_draft and self.origins.get("speculation.source") and sp["source"] in ("model", "ngram+model"):
+                # asked for by flag, a model source without a model would quietly decode plainly
+                why = (
+                    f"{self.origins['draft.enabled']} turns it off" if "draft.enabled" in self.origins
+                    else "[draft] enabled = false" if not d["enabled"]
+                    else "the configured target has none: pass --draft or set [draft] path"
+                )  # fmt: skip
+                flag = self.origins["speculation.source"]
+                raise ConfigError(f"{flag} {sp['source']} needs a draft model ({why}); ngram drafts without one", flag)
             # without a draft model only an n-gram source asked for by name still drafts:
             # --no-draft alone means plain decoding
             ngram_asked = "speculation.source" in self.present and sp["source"] != "model"

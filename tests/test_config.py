@@ -164,3 +164,26 @@ def test_a_bad_key_judged_against_another_is_reported_once(tmp_path: Path) -> No
         load_config(path).engine_spec()
     lines = str(info.value).splitlines()
     assert len(lines) == 2 and "n_min = 10" in lines[0] and "p_min = 3.0" in lines[1], lines
+
+
+def test_a_model_source_asked_for_without_a_draft_model_is_refused(tmp_path: Path) -> None:
+    """``--no-draft --draft-source model`` quietly decoded plainly; a source that drafts with
+    a model, asked for by flag, now needs one. A later change without a flag (the F8
+    picker's "none" sets source = model, draft off) is no longer the flag's and loads."""
+    cfg = Config()
+    cfg.set("draft", "enabled", False, "--no-draft")
+    cfg.set("speculation", "source", "ngram+model", "--draft-source")
+    with pytest.raises(
+        ConfigError, match=r"^--draft-source ngram\+model needs a draft model \(--no-draft turns it off\)"
+    ):
+        cfg.engine_spec()
+    cfg.set("speculation", "source", "model")  # as the picker's "none" does
+    assert not cfg.engine_spec().speculation.enabled
+    cfg.set("speculation", "source", "ngram", "--draft-source")  # n-gram drafting needs no model
+    assert cfg.engine_spec().speculation.enabled
+    path = tmp_path / "config.toml"
+    path.write_text(f'[target]\npath = "{tmp_path / "t.gguf"}"\n', "utf-8")
+    cfg = load_config(path)  # a configured target and no draft path
+    cfg.set("speculation", "source", "model", "--draft-source")
+    with pytest.raises(ConfigError, match=r"\(the configured target has none: pass --draft or set \[draft\] path\)"):
+        cfg.engine_spec()
