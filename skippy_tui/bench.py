@@ -77,7 +77,7 @@ from .bench_suite import (
     methods_for,
     penalty_settings,
 )
-from .cli_common import add_model_flags, config_from_args, stderr_progress
+from .cli_common import add_model_flags, config_from_args, path_arg, stderr_progress
 from .engine.bounds import MAX_DRAFT_TOKENS
 from .engine.sampling import SAMPLERS, SamplingParams
 
@@ -142,7 +142,7 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
         "its ratio to the default shows how far this machine's noise alone moves two equal methods",
     )  # fmt: skip
     b.add_argument("--json", action="store_true", default=False, help="print the report as JSON on stdout")
-    b.add_argument("--save", type=Path, default=None, metavar="FILE", help="also write the JSON report to FILE")
+    b.add_argument("--save", type=path_arg, default=None, metavar="FILE", help="also write the JSON report to FILE")
     b.add_argument("--no-progress", action="store_true", default=False, help="no progress bar on stderr")
     add_model_flags(b, sub=True)
     b.add_argument(

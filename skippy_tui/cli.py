@@ -12,7 +12,6 @@ import json
 import sys
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from . import __version__
@@ -24,10 +23,11 @@ from .cli_common import (
     add_model_flags,
     arg_text,
     config_from_args,
+    path_arg,
     stderr_progress,
 )
 from .config import ConfigError, config_path
-from .engine.errors import SkippyError
+from .engine.errors import BoundsError, SkippyError
 from .transcript import count
 
 
@@ -170,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_models_parser(sub)
     add_drafts_parser(sub)
     rp = sub.add_parser("replay", help="open the app on a saved transcript and its recorded steps, no models")
-    rp.add_argument("file", type=Path, metavar="FILE.json", help="a transcript saved by the app")
+    rp.add_argument("file", type=path_arg, metavar="FILE.json", help="a transcript saved by the app")
     rp.add_argument(
         "--continue", dest="continue_", action="store_true", default=False,
         help="also load the configured models, to continue the conversation",
@@ -196,6 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return func(args)
     except ConfigError as e:
         sys.stderr.write(f"skippy-tui: {'error' if e.origin else 'config error'}: {e}\n")
+        return EXIT_USAGE
+    except BoundsError as e:  # a value that cannot work with the models (e.g. n_batch below the verify batch)
+        sys.stderr.write(f"skippy-tui: error: {e}\n")
         return EXIT_USAGE
     except SkippyError as e:
         sys.stderr.write(f"skippy-tui: error: {e}\n")

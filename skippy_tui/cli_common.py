@@ -27,6 +27,14 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def path_arg(text: str) -> Path:
+    """An argparse type: a path, never empty (``Path("")`` would be the current folder,
+    and an empty ``--target "$MODEL"`` a confusing "not a file: .")."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path (leave the flag out for the default)")
+    return Path(text)
+
+
 def _float(text: str) -> float:
     try:
         return float(text)
@@ -51,9 +59,9 @@ def add_model_flags(p: argparse.ArgumentParser, sub: bool = False) -> None:
     if sub:
         p.argument_default = argparse.SUPPRESS
     g = p.add_argument_group("models")
-    g.add_argument("--config", type=Path, metavar="PATH", help="config file")
-    g.add_argument("--target", type=Path, metavar="PATH", help="target model GGUF")
-    g.add_argument("--draft", type=Path, metavar="PATH", help="draft model GGUF")
+    g.add_argument("--config", type=path_arg, metavar="PATH", help="config file")
+    g.add_argument("--target", type=path_arg, metavar="PATH", help="target model GGUF")
+    g.add_argument("--draft", type=path_arg, metavar="PATH", help="draft model GGUF")
     g.add_argument("--no-draft", action="store_true", help="plain decoding, no draft model")
     g.add_argument("--n-ctx", type=_positive_int, metavar="N", help="context window (tokens)")
     g.add_argument("--n-gpu-layers", type=_positive_int, metavar="N", help="layers to offload (-1 = all)")

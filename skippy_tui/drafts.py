@@ -24,10 +24,10 @@ import statistics
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from .bench_core import RunResult, run_once
+from .cli_common import path_arg
 from .engine.cost_model import Costs, expected_rates
 from .engine.errors import SkippyError
 from .engine.loader import EngineSpec, load_speculator
@@ -362,7 +362,7 @@ def add_drafts_parser(sub: Any) -> argparse.ArgumentParser:
     from .library import add_library_args
 
     p = sub.add_parser("drafts", help="list (and with --measure, rank) the library's drafts for a target")
-    p.add_argument("--target", type=Path, metavar="PATH", required=True, help="target GGUF")
+    p.add_argument("--target", type=path_arg, metavar="PATH", required=True, help="target GGUF")
     add_library_args(p)
     p.add_argument(
         "--measure", action="store_true", default=False,

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .cli_common import path_arg
 from .engine.compat import incompatibility
 from .engine.errors import ModelFileError
 from .engine.gguf_info import _SHARD_RE, ModelInfo, cached_model_info, shard_paths
@@ -372,9 +373,9 @@ def render_entries(entries: Sequence[LibraryEntry]) -> str:
 
 def add_library_args(p: argparse.ArgumentParser) -> None:
     """``--config`` and ``--dir`` (shared by ``models`` and ``drafts``)."""
-    p.add_argument("--config", type=Path, metavar="PATH", default=argparse.SUPPRESS, help="config file")
+    p.add_argument("--config", type=path_arg, metavar="PATH", default=argparse.SUPPRESS, help="config file")
     p.add_argument(
-        "--dir", dest="dirs", action="append", type=Path, metavar="D", default=None,
+        "--dir", dest="dirs", action="append", type=path_arg, metavar="D", default=None,
         help="folder to scan (repeatable; replaces [library] dirs and the default folders)",
     )  # fmt: skip
 

@@ -82,6 +82,12 @@ def test_plain_and_speculative_cli_agree() -> None:
         (("run", "hi", "--p-min", "nan"), 2, "error: --p-min: p_min = nan is out of bounds"),
         (("run", "hi", "--n-ctx", "-5"), 2, "error: --n-ctx: target.n_ctx = -5 is out of bounds"),
         (("run", "hi", "--config", "/no/such.toml"), 2, "config file not found"),
+        (("run", "hi", "--target", ""), 2, "argument --target: an empty path (leave the flag out for the default)"),
+        (
+            ("run", "hi", "--no-draft", "--draft-source", "model"),
+            2,
+            "error: --draft-source model needs a draft model (--no-draft turns it off); ngram drafts without one",
+        ),
     ],
 )
 def test_errors_are_one_line_and_a_nonzero_exit(args: tuple[str, ...], code: int, message: str) -> None:
@@ -89,7 +95,7 @@ def test_errors_are_one_line_and_a_nonzero_exit(args: tuple[str, ...], code: int
     assert r.returncode == code
     assert message in r.stderr
     assert "Traceback" not in r.stderr
-    assert r.stderr.strip().splitlines()[-1].startswith("skippy-tui:")
+    assert r.stderr.strip().splitlines()[-1].startswith(("skippy-tui:", "skippy-tui run:"))  # ours or argparse's
 
 
 def test_an_incompatible_pair_is_refused_with_what_differs(gemma3_270m: Path, smollm2_q4_1: Path) -> None:
@@ -97,6 +103,18 @@ def test_an_incompatible_pair_is_refused_with_what_differs(gemma3_270m: Path, sm
     assert r.returncode == 1
     assert "vocab type differs: target" in r.stderr and "BPE" in r.stderr and "SPM" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_batch_too_small_for_the_verify_batch_is_a_config_error(tmp_path: Path) -> None:
+    """Found once the headers are read, it is still a bad config value: exit 2, and the bound
+    says what it is for when n_draft is "auto" (its longest proposal, n_draft_max = 8)."""
+    config = tmp_path / "c.toml"
+    config.write_text("[target]\nn_batch = 1\n")
+    r = cli("run", "hi", "--config", str(config))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.splitlines()[-1] == (
+        "skippy-tui: error: target.n_batch = 1 is out of bounds: must be >= 9 (the longest proposal, 8 tokens, + 1)"
+    )
 
 
 def test_a_corrupt_config_file_is_named(tmp_path: Path) -> None:

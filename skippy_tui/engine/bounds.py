@@ -65,20 +65,23 @@ def validate_capacity(target: ContextCapacity, draft: ContextCapacity | None, n_
     """Check that a verify batch of ``n_draft + 1`` rows fits both contexts.
 
     Raises:
-        BoundsError: e.g. ``target.n_batch = 4 is out of bounds: must be >= 9 (n_draft + 1)``.
+        BoundsError: e.g. ``target.n_batch = 4 is out of bounds: must be >= 9 (the longest
+            proposal, 8 tokens, + 1)``; ``n_draft`` is the longest k any step may propose
+            (``n_draft_max`` or ``n_draft_max_ngram`` when ``n_draft = "auto"``).
     """
     rows = n_draft + 1
+    longest = f"the longest proposal, {n_draft} tokens"
     for cap in (target, draft):
         if cap is None:
             continue
         if cap.n_batch < rows:
-            raise BoundsError(f"{cap.name}.n_batch", cap.n_batch, f">= {rows} (n_draft + 1)")
+            raise BoundsError(f"{cap.name}.n_batch", cap.n_batch, f">= {rows} ({longest}, + 1)")
         if cap.recurrent_or_hybrid:
             if cap.n_ubatch < rows:
-                raise BoundsError(f"{cap.name}.n_ubatch", cap.n_ubatch, f">= {rows} (n_draft + 1, recurrent model)")
+                raise BoundsError(f"{cap.name}.n_ubatch", cap.n_ubatch, f">= {rows} ({longest}, + 1; recurrent model)")
             if cap.recurrent_slots < n_draft:
                 raise BoundsError(
-                    f"{cap.name}.recurrent_slots", cap.recurrent_slots, f">= {n_draft} (n_draft, recurrent model)"
+                    f"{cap.name}.recurrent_slots", cap.recurrent_slots, f">= {n_draft} ({longest}; recurrent model)"
                 )
 
 
