@@ -47,6 +47,28 @@ class EngineSpec:
     use_draft: bool = True
 
 
+# speculation settings a loaded Speculator takes through update() (exact and profile
+# change what the load measured or set, so they need a new load)
+LIVE_SPECULATION = ("enabled", "n_draft", "n_min", "p_min", "source", "n_draft_max", "n_draft_max_ngram")
+
+
+def live_changes(before: EngineSpec | None, after: EngineSpec) -> dict[str, object] | None:
+    """How the models loaded from ``before`` become ``after``'s: the speculation settings to
+    pass to :meth:`Speculator.update` (``{}``: nothing to change), or None when only a new
+    load will do (another file, a load key, ``exact`` or ``profile``; ``before`` None: unknown)."""
+    if before is None:
+        return None
+    same_models = (before.target, before.draft, before.use_draft) == (after.target, after.draft, after.use_draft)
+    changed = {
+        f.name: getattr(after.speculation, f.name)
+        for f in dataclasses.fields(after.speculation)
+        if getattr(before.speculation, f.name) != getattr(after.speculation, f.name)
+    }
+    if not same_models or any(k not in LIVE_SPECULATION for k in changed):
+        return None
+    return changed
+
+
 def _noop(stage: str, fraction: float) -> None:
     pass
 

@@ -63,7 +63,7 @@ CHAT_ACTIONS = frozenset(
     {"stop", "new_chat", "regenerate", "edit_last", "system_prompt", "tune", "toggle_speculation"}
     | {"load_models", "toggle_origin", "save", "change_theme", "open_transcript"}
     | {"help", "show_reply", "copy_reply", "copy_code"}
-    | {"choose_models"}
+    | {"choose_models", "reload_config"}
 )
 CHAT_ACTIONS |= {"history"}  # issue 10: the chat history screen
 # what each app key does, for the help screen (F1); a binding's short description when missing
@@ -76,6 +76,7 @@ KEY_HELP = {
     "tune": "speculation and sampling settings: n_draft, p_min, temperature, top_k/p, min_p, seed, …",
     "toggle_speculation": "speculation on / off",
     "load_models": "load the models (into a replayed transcript, to continue it)",
+    "reload_config": "with models loaded: re-read the config (a changed model reloads them)",
     "choose_models": "choose the target and draft from the model library; the conversation stays",
     "toggle_origin": "colour replies by origin: accepted draft tokens vs target tokens",
     "save": "save the transcript (Markdown + JSON)",
@@ -108,6 +109,8 @@ class SkippyApp(
         Binding("f3", "tune", "Tune"),
         Binding("f4", "toggle_speculation", "Spec on/off"),
         Binding("f5", "load_models", "Load models"),
+        # the same key once models are loaded (Textual tries the next binding of a key whose action is off)
+        Binding("f5", "reload_config", "Reload config"),
         Binding("f8", "choose_models", "Models"),  # F6 is the panel's, F7 the input's select-all
         Binding("ctrl+o", "toggle_origin", "Origins"),
         Binding("ctrl+s", "save", "Save"),
@@ -301,6 +304,8 @@ class SkippyApp(
             return False  # a dialog is open: its own keys apply (ctrl+s saves the system prompt there)
         if action == "load_models":
             return self.speculator is None and not self.loading and self.switching is None
+        if action == "reload_config":
+            return self.speculator is not None and not self.loading and self.switching is None
         if action == "stop":
             return True
         if action in ("regenerate", "edit_last", "new_chat") and self.generating:

@@ -12,6 +12,7 @@ import copy
 import functools
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from textual import work
@@ -20,10 +21,24 @@ from textual.worker import Worker, WorkerState
 
 from ..config import ConfigError, config_path
 from ..engine.errors import SkippyError
+from ..engine.loader import EngineSpec, live_changes
 from .messages import LoadProgress
 from .model_picker import ModelChoice, SwitchFailedScreen, SwitchProgress, picker_for
 from .priority import lower_threads
 from .screens import ErrorScreen, how_to_fix
+
+
+@dataclass(frozen=True)
+class ConfigReload:
+    """F5's new load of the pair the re-read config names (the config already says it, so
+    :meth:`apply` changes nothing); ``keep``: the session's speculation settings (F3) that
+    carry over to the new pair, those the file did not change."""
+
+    label: str
+    keep: tuple[str, ...] = ()
+
+    def apply(self, cfg: Any) -> None:
+        pass
 
 
 class LoadingMixin:
@@ -60,6 +75,54 @@ class LoadingMixin:
         self.refresh_bindings()
         self._load_cancel = threading.Event()
         self._load(spec, self._load_cancel)
+
+    def action_reload_config(self) -> None:
+        """F5 with models loaded: read the config again. Its sampling and generation keys
+        apply from the next reply; speculation keys the loaded pair can take (n_draft, p_min,
+        source, …) from the next step; a change to what is loaded (a path, a load key, the
+        profile) loads the pair again as F8 switches: the current one answers meanwhile and
+        the conversation stays. The session's F3/F4 settings stay unless the file changed them."""
+        if self.speculator is None or self.loading or self.switching is not None:
+            return
+        try:
+            before: EngineSpec | None = self.config.engine_spec()
+        except ConfigError:
+            before = None
+        values = copy.deepcopy(self.config.values)
+        if not self._reread_config():
+            return
+        after = self.config.engine_spec()  # checked by _reread_config
+        where = self.config.source.name if self.config.source else "the defaults"
+        plan = live_changes(before, after)
+        if plan is None:
+            # F3's k and p_min carry over to the new pair unless the file changed them
+            keep = tuple(
+                k
+                for k in ("n_draft", "p_min")
+                if before and getattr(before.speculation, k) == getattr(after.speculation, k)
+            )
+            choice = ConfigReload(f"the models in {where}", keep)
+            self.switching = choice
+            self._load_cancel = threading.Event()
+            self.query_one("#loading").display = True
+            self.query_one("#loading-label", Label).update(
+                f"loading {choice.label} (the current models answer meanwhile)…"
+            )
+            self.query_one("#loading-bar", ProgressBar).update(progress=0)
+            self.refresh_bindings()
+            self._switch_models(after, self._load_cancel)
+            return
+        if plan:
+            try:
+                self.speculator.update(**plan)
+            except SkippyError as e:
+                self._show_error("The config's speculation settings do not fit the loaded models", e)
+                return
+            self._update_status()
+            said = ", ".join(f"{k} = {v}" for k, v in plan.items())
+            self.notify(f"{said} from the next step (the models stay loaded).", title=f"{where} re-read", timeout=5)
+        elif self.config.values == values:
+            self.notify(f"{where} has no changes: the models stay loaded.", timeout=4)
 
     def _reread_config(self) -> bool:
         """Read the config again before loading; what F3/F4 changed in this session stays on top.
@@ -203,8 +266,12 @@ class LoadingMixin:
             self.query_one("#loading").display = False
             self.refresh_bindings()
             if state == WorkerState.ERROR and not self._load_cancel.is_set():
+                fix = None
+                if isinstance(choice, ConfigReload):
+                    where = self.config.source or "the config"
+                    fix = f"The models loaded before still answer. Correct {where} and press F5 again."
                 self.push_screen(
-                    SwitchFailedScreen(choice, worker.error, self.speculator is not None),
+                    SwitchFailedScreen(choice, worker.error, self.speculator is not None, fix),
                     self._quit_if_chosen,
                 )
 
@@ -215,9 +282,10 @@ class LoadingMixin:
         old, owned = self.speculator, self.owns_speculator
         choice.apply(self.config)
         self._switched = self.switching = None
-        if old is not None:  # F3's k and p_min apply to the new pair too, where it can take them
+        keep = choice.keep if isinstance(choice, ConfigReload) else ("n_draft", "p_min")
+        if old is not None and keep:  # F3's k and p_min apply to the new pair too, where it can take them
             try:
-                new.update(n_draft=old.speculation.n_draft, p_min=old.speculation.p_min)
+                new.update(**{k: getattr(old.speculation, k) for k in keep})
             except SkippyError:
                 pass
         self.owns_speculator = True
@@ -226,7 +294,8 @@ class LoadingMixin:
         if old is not None and owned:  # the engine touches no native state after its last event
             old.close()
         chat = " The conversation stays: the next reply prefills it." if self.transcript.entries else ""
-        self.notify(f"Now on {choice.label}.{chat}", title="Models switched", timeout=5)
+        title = "Models reloaded" if isinstance(choice, ConfigReload) else "Models switched"
+        self.notify(f"Now on {choice.label}.{chat}", title=title, timeout=5)
 
     def on_unmount(self) -> None:
         """The app is closing: an engine process this app started ends with it (no orphan)."""

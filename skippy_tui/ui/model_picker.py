@@ -123,14 +123,18 @@ class SwitchProgress(Message):
 
 
 class SwitchFailedScreen(ErrorScreen):
-    """The chosen pair did not load: what went wrong; the current models (if any) stay."""
+    """The chosen pair did not load: what went wrong; the current models (if any) stay.
 
-    def __init__(self, choice: ModelChoice, error: BaseException, have_models: bool) -> None:
+    ``choice``: a :class:`ModelChoice`, or F5's reload (anything with a ``label``);
+    ``fix``: the advice shown (default: F8's).
+    """
+
+    def __init__(self, choice: Any, error: BaseException, have_models: bool, fix: str | None = None) -> None:
         from ..engine.errors import SkippyError
 
         message = str(error) if isinstance(error, SkippyError) else f"{type(error).__name__}: {error}"
         keep = "The models loaded before are still loaded and answer as before. " if have_models else ""
-        fix = (
+        fix = fix or (
             f"{keep}Press F8 to pick another pair (broken files are listed with the reason), or replace the file "
             "and pick it again."
         )

@@ -334,3 +334,69 @@ def test_switch_waits_for_the_reply_in_flight(speculator: Any, library: Path, mo
                 app.speculator.close()
 
     run(body())
+
+
+def test_f5_with_models_loaded_rereads_the_config(speculator: Any, library: Path, tmp_path: Path) -> None:
+    """F5 did nothing once models were loaded, though F1 and the README say it re-reads the
+    config. Now: no change says so; a speculation key applies to the loaded pair from the next
+    step; a new target loads the pair again as F8 does (the conversation stays) and the
+    session's F3 k carries over unless the file changed it; a bad file keeps the models."""
+    from skippy_tui.config import load_config
+    from skippy_tui.engine.loader import LIVE_SPECULATION
+    from skippy_tui.ui.screens import ErrorScreen
+
+    cfg_file = tmp_path / "config.toml"
+    cfg_file.write_text("[generation]\nmax_tokens = 6\n", "utf-8")
+
+    def reread() -> Config:
+        cfg = load_config(cfg_file)
+        for key, value in {"threads": 1, "threads_batch": 1}.items():
+            cfg.set("target", key, value)
+        cfg.set("ui", "engine", "thread")
+        return cfg
+
+    original = speculator.speculation
+
+    def notes(app: SkippyApp) -> list[str]:
+        return [n.message for n in app._notifications]
+
+    async def body() -> None:
+        app = SkippyApp(reread(), speculator=speculator, reload_config=reread)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f5")
+            await wait_until(
+                pilot, lambda: "config.toml has no changes: the models stay loaded." in notes(app), 5, "ok"
+            )
+            cfg_file.write_text("[generation]\nmax_tokens = 6\n[speculation]\np_min = 0.25\n", "utf-8")
+            await pilot.press("f5")
+            await wait_until(pilot, lambda: speculator.speculation.p_min == 0.25, 5, "p_min from the file")
+            assert app.speculator is speculator and app.switching is None
+            assert any("p_min = 0.25 from the next step" in n for n in notes(app))
+            first = await _reply(app, pilot, "Say hi.")
+            speculator.update(n_draft=3)  # as F3 does with models loaded
+            cfg_file.write_text("[speculation\n", "utf-8")  # broken: an error, nothing changes
+            await pilot.press("f5")
+            await wait_for_screen(pilot, app, ErrorScreen, 10)
+            await pilot.click("#continue")
+            await wait_until(pilot, lambda: not isinstance(app.screen, ErrorScreen), 5, "dismiss")
+            assert app.speculator is speculator and speculator.speculation.n_draft == 3
+            # another target: loaded again as the picker switches, F3's k kept (the file left n_draft alone)
+            gemma = library / "gemma-3-270m-q4_k_m.gguf"
+            cfg_file.write_text(f'[generation]\nmax_tokens = 6\n[target]\npath = "{gemma}"\n', "utf-8")
+            await pilot.press("f5")
+            await wait_until(pilot, lambda: app.speculator is not speculator, 300, "the reload")
+            new = app.speculator
+            try:
+                assert app.owns_speculator and app.switching is None and not app.query_one("#loading").display
+                assert new.target_info.name == GEMMA_NAME and new.model_drafter is None  # n-gram drafting only
+                assert new.speculation.n_draft == 3
+                assert any("Now on the models in config.toml" in n for n in notes(app))
+                second = await _reply(app, pilot, "And bye?")
+                assert second.content and [e.content for e in app.transcript.entries[:2]] == ["Say hi.", first.content]
+            finally:
+                new.close()
+
+    try:
+        run(body())
+    finally:
+        speculator.update(**{k: getattr(original, k) for k in LIVE_SPECULATION})
