@@ -511,6 +511,30 @@ def test_system_prompt_dialog_ctrl_s_saves_the_prompt_not_the_transcript() -> No
     run(body())
 
 
+def test_system_prompt_dialog_keeps_its_buttons_on_a_short_terminal() -> None:
+    """At 40x15 the ten-row text area pushed Save and Cancel out of the dialog; it shrinks
+    now (and grows back when the terminal does)."""
+
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=(40, 15)) as pilot:
+            await pilot.press("f2")
+            screen = await wait_for_screen(pilot, app, SystemPromptScreen, 5)
+            dialog = screen.query_one("#dialog").region
+            for button in ("#save", "#cancel"):
+                region = screen.query_one(button).region
+                assert region.height == 3 and dialog.contains_region(region), (button, region, dialog)
+            assert screen.query_one("#system-text").size.height >= 3
+            assert screen.query_one("#dialog").border_subtitle == "ctrl+s save · esc cancel"
+            await pilot.resize_terminal(120, 40)
+            await pilot.pause()
+            assert screen.query_one("#system-text").outer_size.height == 10
+            await pilot.click("#save")
+            await wait_until(pilot, lambda: not isinstance(app.screen, SystemPromptScreen), 5, "the dialog to close")
+
+    run(body())
+
+
 def test_palette_lists_actions_with_their_keys() -> None:
     async def body() -> None:
         app = SkippyApp(ui_config(), load_models=False)
