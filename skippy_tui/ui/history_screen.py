@@ -100,8 +100,11 @@ class HistoryScreen(ModalScreen["Path | None"]):
         query = self.filter_input.value
         self.shown = [e for e in self.entries if e.matches(query)]
         table.clear()
+        # a long title (a pasted first message, a rename) would push the other columns out of sight
+        longest = max(16, min(60, self.size.width // 2))
         for e in self.shown:
             title = Text(e.title, style="italic" if e.broken else "")
+            title.truncate(longest, overflow="ellipsis")
             if self.current is not None and e.path.name == self.current.name:
                 title.append("  (open)", style="dim")
             table.add_row(

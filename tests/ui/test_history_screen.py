@@ -194,6 +194,27 @@ def test_rename_keeps_the_new_title_in_the_file_and_the_list() -> None:
     run(body())
 
 
+def test_a_long_title_is_cut_so_the_other_columns_stay_in_sight() -> None:
+    """A 300-character title pushed the date, turns and models columns off the screen."""
+    paths = _seed()
+    _store().rename(paths["paris"], "Paris " * 50)
+
+    async def body() -> None:
+        app = _idle_app()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await _open_history(app, pilot)
+            table = screen.table
+            title_col = next(c for c in table.columns.values() if c.key == "title")
+            assert title_col.get_render_width(table) <= SIZE[0] // 2 + 2
+            cells = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+            assert any(t.startswith("Paris Paris") and t.endswith("…") for t in cells), cells
+            # the date and turns columns in sight, and the models column begins within the table
+            widths = {str(c.key.value): c.get_render_width(table) for c in table.columns.values()}
+            assert widths["title"] + widths["updated"] + widths["turns"] + 10 <= table.size.width, widths
+
+    run(body())
+
+
 def test_delete_asks_first_and_removes_both_files() -> None:
     paths = _seed()
 
