@@ -33,7 +33,7 @@ CONTEXT_KEYS: tuple[tuple[str, str], ...] = (
     ("enter", "send the message (in the input)"),
     ("ctrl+j", "new line in the message (also shift+enter / alt+enter where the terminal tells them apart)"),
     ("↑ ↓", "in the input: earlier messages; in the panel: move between steps"),
-    ("tab / shift+tab", "move the focus: input, chat, panel"),
+    ("tab / shift+tab", "move the focus: input → panel → chat (shift+tab: back)"),
     ("enter", "in the panel: inspect the highlighted step"),
     ("← →", "in the inspector: previous / next step"),
     ("a letter", "typed while the chat or the panel has the focus, it goes to the input"),

@@ -437,6 +437,31 @@ def test_copy_with_no_reply_says_so() -> None:
     run(body())
 
 
+def test_tab_moves_the_focus_in_the_order_f1_gives() -> None:
+    """F1 said "input, chat, panel" while Tab went input → panel → chat."""
+    from skippy_tui.ui.help import CONTEXT_KEYS
+
+    line = next(text for keys, text in CONTEXT_KEYS if keys.startswith("tab"))
+    order = {"input": "prompt", "panel": "panel", "chat": "chat"}
+    said = [order[w] for w in line.split(": ", 1)[1].split(" (")[0].split(" → ")]
+
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=SIZE) as pilot:
+            app.prompt.focus()
+            await pilot.pause()
+            seen = []
+            for _ in said:
+                node = app.focused
+                while node is not None and node.id not in order.values():
+                    node = node.parent
+                seen.append(node.id if node is not None else None)
+                await pilot.press("tab")
+            assert seen == said
+
+    run(body())
+
+
 def test_help_screen_snapshot(snap_compare) -> None:
     from skippy_tui.ui.help import HelpScreen
 
