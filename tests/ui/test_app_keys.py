@@ -462,6 +462,28 @@ def test_tab_moves_the_focus_in_the_order_f1_gives() -> None:
     run(body())
 
 
+def test_the_footer_ends_with_the_palette_key_and_no_stray_letter() -> None:
+    """The compact footer's right margin on the docked palette key left the last column to the
+    binding scrolled beneath it: `^p palettew`, `palette3`, `palettef` by width."""
+    import html
+    import re
+
+    def last_row(svg: str) -> str:
+        cells: dict[float, list[tuple[float, str]]] = {}
+        for m in re.finditer(r'<text class="[^"]*" x="([\d.]+)" y="([\d.]+)"[^>]*>(.*?)</text>', svg):
+            cells.setdefault(float(m[2]), []).append((float(m[1]), html.unescape(m[3])))
+        return "".join(t for _, t in sorted(cells[max(cells)])).replace("\xa0", " ")
+
+    async def body() -> None:
+        for width in (40, 80, 100, 120):
+            app = replay_app()
+            async with app.run_test(size=(width, 20)) as pilot:
+                await pilot.pause()
+                assert last_row(app.export_screenshot()).rstrip().endswith("^p palette"), width
+
+    run(body())
+
+
 def test_help_screen_snapshot(snap_compare) -> None:
     from skippy_tui.ui.help import HelpScreen
 
