@@ -369,7 +369,13 @@ class TuneScreen(ModalScreen["dict | None"]):
     Returns ``{"n_draft", "p_min", "max_tokens", "sampling"}`` once applied, or None when cancelled.
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss(None)", "Cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss(None)", "Cancel"),
+        # priority: checked before a key is forwarded to the focused field's own queue, so the
+        # keys a terminal delivers with a tab in one read ("<tab>4230") land after the move
+        Binding("tab", "app.focus_next", "Next field", show=False, priority=True),
+        Binding("shift+tab", "app.focus_previous", "Previous field", show=False, priority=True),
+    ]
 
     def __init__(
         self,

@@ -425,6 +425,37 @@ def test_alt_c_from_a_terminal_copies_and_types_nothing() -> None:
     run(body())
 
 
+def test_keys_typed_fast_after_tab_in_f3_land_in_the_next_field() -> None:
+    """A terminal delivers "<tab>4230" in one read; Textual forwarded the digits to the field
+    still focused while the tab waited in that field's own queue (min_p became 4230, the
+    seed was meant). Tab is a priority binding of the dialog now: the focus moves first."""
+    from skippy_tui.ui.screens import TuneScreen
+
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f3")
+            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
+            min_p = screen.query_one("#min_p")
+            min_p.focus()
+            await pilot.pause()
+            before = min_p.value
+            seed = screen.query_one("#seed")
+            seed.value = ""
+            for key, char in [("tab", None), ("4", "4"), ("2", "2"), ("3", "3"), ("0", "0")]:
+                app.post_message(events.Key(key, char))  # as the driver posts one read's keys
+            await pilot.pause()
+            await pilot.pause()
+            assert (min_p.value, seed.value) == (before, "4230")
+            for key, char in [("shift+tab", None), ("9", "9")]:
+                app.post_message(events.Key(key, char))
+            await pilot.pause()
+            await pilot.pause()
+            assert (min_p.value, seed.value) == ("9", "4230")  # a field focused by tab has its text selected
+
+    run(body())
+
+
 def test_copy_with_no_reply_says_so() -> None:
     async def body() -> None:
         app = SkippyApp(ui_config(), load_models=False)
