@@ -250,3 +250,52 @@ def test_the_child_waits_for_the_ui_until_it_answers_or_the_time_is_up() -> None
     child.make_room()
     assert time.monotonic() - t >= UI_PAUSE_MAX_S - 0.01 and not flag.is_set()
     EngineChild(conn=None).make_room()  # type: ignore[arg-type]  # no app flag (an in-process caller)
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+def test_the_child_waits_while_the_terminal_holds_keys_the_ui_has_not_read() -> None:
+    """The UI's input thread may wait for a core and the GIL before it can set the flag (a long
+    chat's Esc stayed unread 0.1-3 s): input still in the terminal pauses the step until it is
+    read, a lone key byte until the UI has answered it too (Textual passes Esc on only after
+    its escape delay), at most UI_PAUSE_MAX_S. Only once the app asks; it never reads."""
+    import tty
+
+    main, sub = os.openpty()
+    tty.setraw(sub)  # as Textual's driver sets its terminal: a key is readable at once
+    flag = threading.Event()
+
+    def ui(delay_read: float, delay_answer: float | None) -> None:
+        def answer() -> None:
+            flag.set()
+            threading.Timer(0.03, flag.clear).start()
+
+        threading.Timer(delay_read, os.read, (sub, 64)).start()
+        if delay_answer is not None:
+            threading.Timer(delay_answer, answer).start()
+
+    def paused() -> float:
+        t = time.monotonic()
+        child.make_room()
+        return time.monotonic() - t
+
+    try:
+        child = EngineChild(conn=None, ui_input=flag)  # type: ignore[arg-type]
+        os.write(main, b"\x1b")
+        assert paused() < 0.05  # not watching: the key is not its business
+        os.read(sub, 16)
+        child.watch_terminal(os.ttyname(sub))
+        assert child.terminal is not None
+        os.write(main, b"\x1b")  # Esc: read at 0.05 s, answered at 0.15 s (the escape delay)
+        ui(0.05, 0.15)
+        assert 0.17 <= paused() < UI_PAUSE_MAX_S
+        os.write(main, b"\x1b[<35;10;5M")  # a mouse move: read at 0.05 s, never answered
+        ui(0.05, None)
+        assert 0.04 <= paused() < 0.12
+        os.write(main, b"q")  # never read: the step waits the longest, then goes on
+        assert paused() >= UI_PAUSE_MAX_S - 0.01
+        assert os.read(sub, 16) == b"q"  # the child left the key for the UI
+        assert paused() < 0.05
+        EngineChild(conn=None).watch_terminal("/no/such/terminal")  # type: ignore[arg-type]
+    finally:
+        os.close(main)
+        os.close(sub)

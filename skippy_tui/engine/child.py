@@ -17,6 +17,7 @@ import contextlib
 import os
 import queue
 import signal
+import struct
 import threading
 import time
 from collections.abc import Sequence
@@ -60,6 +61,7 @@ class EngineChild:
         self.spec: Any = None
         self.loaded = threading.Event()
         self.reply: tuple[int, ChildGeneration, threading.Event] | None = None
+        self.terminal: int | None = None  # the app's terminal (watch_terminal): unread keys pause steps
 
     def send(self, *msg: Any) -> None:
         with self.send_lock:
@@ -88,6 +90,8 @@ class EngineChild:
                         self.spec.abort()
                 elif kind == "cancel_load":
                     self.load_cancel.set()
+                elif kind == "watch_terminal":
+                    self.watch_terminal(msg[1])
                 elif kind == "update":
                     self.update(msg[1], msg[2])
                 else:  # forget, close
@@ -144,18 +148,52 @@ class EngineChild:
             self.send("state", state_of(self.spec))
             self.send("event", rid, failed(f"{type(e).__name__}: {e}", self.spec.n_past))
 
+    def watch_terminal(self, path: str) -> None:
+        """Watch the app's terminal ``path`` (e.g. ``/dev/tty``) for keys its UI has not read
+        yet (:meth:`make_room`); nothing happens where it cannot be opened."""
+        with contextlib.suppress(OSError):
+            self.terminal = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+
+    def _unread_bytes(self) -> int:
+        """Bytes the terminal holds that nobody has read (it never reads them); 0 when not watching."""
+        if self.terminal is None:
+            return 0
+        import fcntl  # POSIX only, as a terminal to watch is
+        import termios
+
+        try:
+            return struct.unpack("i", fcntl.ioctl(self.terminal, termios.FIONREAD, b"\0\0\0\0"))[0]
+        except OSError:
+            self.terminal = None
+            return 0
+
     def make_room(self) -> None:
         """Between two steps, wait while the app's UI handles a key or a click (at most
         :data:`UI_PAUSE_MAX_S`). On a CPU build the engine's threads fill every core and
         the UI runs at nice 19 (ui/priority.py): without the pause a key waited 1-2 s for
-        the UI thread to get a core; a step boundary is where stopping costs the least."""
+        the UI thread to get a core; a step boundary is where stopping costs the least.
+
+        The UI says it is busy from its input thread, which needs a core and Python's GIL
+        first: in a long chat Esc stayed unread, or unanswered, for 0.1-3 s. So input still
+        unread in the terminal (:meth:`watch_terminal`) pauses the step too, until the UI
+        reads it; a lone byte (a key: Esc, which Textual passes on only after its 0.1 s
+        escape delay, a letter, a Ctrl key) until the UI has answered it as well. Longer
+        input (a mouse move, an arrow, a paste) only until it is read."""
         flag = self.ui_input
-        if flag is None or not flag.is_set():
+        unread = self._unread_bytes()
+        if unread == 0 and (flag is None or not flag.is_set()):
             return
+        lone = unread == 1
+        answered = False
         deadline = time.monotonic() + UI_PAUSE_MAX_S
-        while flag.is_set():
+        while True:
+            busy = flag is not None and flag.is_set()
+            answered = answered or busy
+            if not busy and not self._unread_bytes() and (answered or not lone):
+                break
             if time.monotonic() >= deadline:  # an answer that never came must not slow every step
-                flag.clear()
+                if flag is not None:
+                    flag.clear()
                 break
             time.sleep(UI_PAUSE_POLL_S)
 

@@ -106,6 +106,13 @@ class ProcessSpeculator:
         if self._ui_input is not None:
             (self._ui_input.set if busy else self._ui_input.clear)()
 
+    def watch_terminal(self, path: str) -> None:
+        """Let the child pause between steps while the terminal at ``path`` holds keys the
+        app has not read yet (:meth:`~.child.EngineChild.make_room`): the app's input thread
+        may wait for Python's GIL before it can say it is busy. Only for an app on a real
+        terminal (a headless one never reads it)."""
+        self._send("watch_terminal", path)
+
     @property
     def lost(self) -> str:
         """Why this speculator can no longer answer (its process exited, an RPC server is lost), or ``""``."""

@@ -24,7 +24,7 @@ from ..engine.errors import SkippyError
 from ..engine.loader import EngineSpec, live_changes
 from .messages import LoadProgress
 from .model_picker import ModelChoice, SwitchFailedScreen, SwitchProgress, picker_for
-from .priority import lower_threads
+from .priority import lower_threads, terminal_path
 from .screens import ErrorScreen, how_to_fix
 
 
@@ -181,6 +181,9 @@ class LoadingMixin:
         self.speculator = speculator
         if self._relay is not None:  # an engine process's pipe reader yields the CPU as the UI does
             lower_threads(getattr(speculator, "relay_threads", ()))
+            watch = getattr(speculator, "watch_terminal", None)
+            if watch is not None and not self.is_headless:  # keys not yet read pause its steps
+                watch(terminal_path())
         self.loading = False
         self.replay = False
         self.query_one("#loading").display = False

@@ -76,6 +76,14 @@ def room_making_driver(base: type[Driver], on_input: Callable[[], None]) -> type
     return RoomMakingDriver
 
 
+def terminal_path() -> str:
+    """The terminal the app reads its keys from (its stdin's), else ``/dev/tty``."""
+    try:
+        return os.ttyname(sys.__stdin__.fileno())
+    except (OSError, AttributeError, ValueError):
+        return "/dev/tty"
+
+
 def lower_threads(native_ids: Iterable[int], nice: int = UI_NICE) -> bool:
     """Give this process's threads ``native_ids`` the nice value ``nice`` (never a lower one).
 
