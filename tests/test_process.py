@@ -257,44 +257,60 @@ def test_the_child_waits_while_the_terminal_holds_keys_the_ui_has_not_read() -> 
     """The UI's input thread may wait for a core and the GIL before it can set the flag (a long
     chat's Esc stayed unread 0.1-3 s): input still in the terminal pauses the step until it is
     read, a lone key byte until the UI has answered it too (Textual passes Esc on only after
-    its escape delay), at most UI_PAUSE_MAX_S. Only once the app asks; it never reads."""
+    its escape delay), at most UI_PAUSE_MAX_S. Only once the app asks; it never reads.
+    Judged by when the pause ends against when the "UI" acted (timers run late on a busy CI)."""
+    import select
     import tty
 
     main, sub = os.openpty()
     tty.setraw(sub)  # as Textual's driver sets its terminal: a key is readable at once
     flag = threading.Event()
+    acted: dict[str, float] = {}
 
-    def ui(delay_read: float, delay_answer: float | None) -> None:
-        def answer() -> None:
-            flag.set()
-            threading.Timer(0.03, flag.clear).start()
+    def read() -> None:
+        os.read(sub, 64)
+        acted["read"] = time.monotonic()
 
-        threading.Timer(delay_read, os.read, (sub, 64)).start()
-        if delay_answer is not None:
-            threading.Timer(delay_answer, answer).start()
+    def answer() -> None:
+        flag.set()
+        time.sleep(0.02)
+        acted["answered"] = time.monotonic()
+        flag.clear()
 
-    def paused() -> float:
+    def typed(data: bytes) -> None:
+        """Write to the terminal and wait until it can be read (a pty passes data on a moment later)."""
+        os.write(main, data)
+        assert select.select([sub], [], [], 2.0)[0]
+
+    def pause(*ui: tuple[float, object]) -> tuple[float, float]:
+        """make_room() while the "UI" acts after the given delays: (start, end)."""
+        acted.clear()
+        for delay, act in ui:
+            threading.Timer(delay, act).start()
         t = time.monotonic()
         child.make_room()
-        return time.monotonic() - t
+        return t, time.monotonic()
 
     try:
         child = EngineChild(conn=None, ui_input=flag)  # type: ignore[arg-type]
-        os.write(main, b"\x1b")
-        assert paused() < 0.05  # not watching: the key is not its business
+        typed(b"\x1b")
+        t, end = pause()
+        assert end - t < 0.05  # not watching: the key is not its business
         os.read(sub, 16)
         child.watch_terminal(os.ttyname(sub))
         assert child.terminal is not None
-        os.write(main, b"\x1b")  # Esc: read at 0.05 s, answered at 0.15 s (the escape delay)
-        ui(0.05, 0.15)
-        assert 0.17 <= paused() < UI_PAUSE_MAX_S
-        os.write(main, b"\x1b[<35;10;5M")  # a mouse move: read at 0.05 s, never answered
-        ui(0.05, None)
-        assert 0.04 <= paused() < 0.12
-        os.write(main, b"q")  # never read: the step waits the longest, then goes on
-        assert paused() >= UI_PAUSE_MAX_S - 0.01
+        typed(b"\x1b")  # Esc: read, then answered after the escape delay
+        t, end = pause((0.03, read), (0.1, answer))
+        assert acted["answered"] <= end < t + UI_PAUSE_MAX_S + 0.05, (t, end, acted)
+        typed(b"\x1b[<35;10;5M")  # a mouse move: read, never answered
+        t, end = pause((0.03, read))
+        assert acted["read"] <= end < t + UI_PAUSE_MAX_S - 0.05, (t, end, acted)
+        typed(b"q")  # never read: the step waits the longest, then goes on
+        t, end = pause()
+        assert end - t >= UI_PAUSE_MAX_S - 0.01
         assert os.read(sub, 16) == b"q"  # the child left the key for the UI
-        assert paused() < 0.05
+        t, end = pause()
+        assert end - t < 0.05
         EngineChild(conn=None).watch_terminal("/no/such/terminal")  # type: ignore[arg-type]
     finally:
         os.close(main)
