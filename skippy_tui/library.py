@@ -401,8 +401,8 @@ def scan_for_args(args: argparse.Namespace) -> tuple[list[Path], list[LibraryEnt
 
     for d in args.dirs or ():
         # a folder asked for by name is a typo when missing (the defaults and the config's may be absent)
-        if not d.expanduser().is_dir():
-            raise ConfigError(f"--dir {d}: {'not a folder' if d.expanduser().exists() else 'no such folder'}", "--dir")
+        if not (full := d.expanduser()).is_dir():
+            raise ConfigError(f"--dir {d}: {'not a folder' if full.exists() else 'no such folder'}", "--dir")
     cfg = load_config(getattr(args, "config", None))
     dirs = library_dirs(args.dirs or cfg.get("library", "dirs"))
     found = existing(dirs)

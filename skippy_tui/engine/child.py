@@ -24,6 +24,12 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
+try:  # POSIX only, as a terminal to watch is (imported once: make_room runs every step)
+    import fcntl
+    import termios
+except ImportError:  # pragma: no cover - Windows
+    fcntl = termios = None  # type: ignore[assignment]
+
 from .events import ReplyFinished, StepVerified
 from .loader import EngineSpec
 from .sampling import SamplingParams
@@ -156,11 +162,8 @@ class EngineChild:
 
     def _unread_bytes(self) -> int:
         """Bytes the terminal holds that nobody has read (it never reads them); 0 when not watching."""
-        if self.terminal is None:
+        if self.terminal is None or fcntl is None:
             return 0
-        import fcntl  # POSIX only, as a terminal to watch is
-        import termios
-
         try:
             return struct.unpack("i", fcntl.ioctl(self.terminal, termios.FIONREAD, b"\0\0\0\0"))[0]
         except OSError:

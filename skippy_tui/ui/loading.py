@@ -101,16 +101,7 @@ class LoadingMixin:
                 for k in ("n_draft", "p_min")
                 if before and getattr(before.speculation, k) == getattr(after.speculation, k)
             )
-            choice = ConfigReload(f"the models in {where}", keep)
-            self.switching = choice
-            self._load_cancel = threading.Event()
-            self.query_one("#loading").display = True
-            self.query_one("#loading-label", Label).update(
-                f"loading {choice.label} (the current models answer meanwhile)…"
-            )
-            self.query_one("#loading-bar", ProgressBar).update(progress=0)
-            self.refresh_bindings()
-            self._switch_models(after, self._load_cancel)
+            self._start_switch(ConfigReload(f"the models in {where}", keep), after)
             return
         if plan:
             try:
@@ -233,6 +224,10 @@ class LoadingMixin:
         except ConfigError as e:
             self._show_error("The config has a problem", e)
             return
+        self._start_switch(choice, spec)
+
+    def _start_switch(self, choice: Any, spec: Any) -> None:
+        """Load ``spec`` beside the current pair (the picker's choice, or F5's reload)."""
         self.switching = choice
         self._load_cancel = threading.Event()
         self.query_one("#loading").display = True

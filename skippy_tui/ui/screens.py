@@ -274,8 +274,7 @@ class SystemPromptScreen(ModalScreen["str | None"]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog") as v:
-            v.border_title = "System prompt"
-            v.border_subtitle = "applies from the next reply · ctrl+s save · esc cancel"
+            v.border_title = "System prompt"  # the subtitle fits the width (_fit)
             yield TextArea(self.text, id="system-text", soft_wrap=True, tab_behavior="focus")
             with Horizontal(classes="buttons"):
                 yield Button("Save", id="save", variant="primary")
