@@ -158,6 +158,7 @@ DEFAULT_BENCH_TOKENS = 128
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from .engine.loader import load_speculator
+    from .engine.native_sigint import sigint_scope
 
     if args.repeats < 1:
         sys.stderr.write("skippy-tui: error: --repeats must be >= 1\n")
@@ -214,10 +215,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         }
         t0 = time.perf_counter()
         load_before = _loadavg()
-        if args.identity:
-            report = head | _identity_report(args, speculator, gen, prompts, ks, samplers, base_seed, system)
-        else:
-            report = head | _bench_report(args, speculator, gen, prompts, ks, samplers, base_seed, system)
+        with sigint_scope():  # as `run`: one SIGINT handler for the whole bench
+            if args.identity:
+                report = head | _identity_report(args, speculator, gen, prompts, ks, samplers, base_seed, system)
+            else:
+                report = head | _bench_report(args, speculator, gen, prompts, ks, samplers, base_seed, system)
         report["meta"] = _meta(speculator, spec, gen, prompts, ks) | {
             "repeats": 1 if args.identity else args.repeats,
             "methods": report.pop("methods", []),

@@ -28,6 +28,7 @@ from .cli_common import (
 )
 from .config import ConfigError, config_path
 from .engine.errors import BoundsError, SkippyError
+from .engine.native_sigint import sigint_scope
 from .transcript import count
 
 
@@ -88,17 +89,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     finish = None
     out = sys.stdout
     try:
-        for ev in speculator.run(messages, gen, cancel):
-            if args.json:
-                out.write(json.dumps(ev.to_dict(), ensure_ascii=False) + "\n")
-                out.flush()
-            elif ev.type == "step" and ev.text:
-                out.write(ev.text)
-                out.flush()
-            if args.trace and ev.type == "step":
-                sys.stderr.write(trace_line(ev) + "\n")
-            if ev.type == "finish":
-                finish = ev
+        with sigint_scope():  # one SIGINT handler for the reply, not two sigactions per decode
+            for ev in speculator.run(messages, gen, cancel):
+                if args.json:
+                    out.write(json.dumps(ev.to_dict(), ensure_ascii=False) + "\n")
+                    out.flush()
+                elif ev.type == "step" and ev.text:
+                    out.write(ev.text)
+                    out.flush()
+                if args.trace and ev.type == "step":
+                    sys.stderr.write(trace_line(ev) + "\n")
+                if ev.type == "finish":
+                    finish = ev
     except KeyboardInterrupt:
         cancel.set()
         out.write("\n")
