@@ -20,6 +20,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Input, Static
 
 from ..history import ChatEntry, HistoryError, HistoryStore
+from .field_tabs import FIELD_TABS
 from .render import model_label
 
 HINT = "enter open · r rename · d delete · type to filter · esc close"
@@ -48,6 +49,7 @@ class HistoryScreen(ModalScreen["Path | None"]):
         Binding("r", "rename", "Rename"),
         Binding("d,delete", "delete", "Delete"),
         Binding("slash", "focus_filter", "Filter", show=False),
+        *FIELD_TABS,
     ]
 
     def __init__(self, store: HistoryStore, current: Path | None = None) -> None:

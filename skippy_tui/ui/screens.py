@@ -21,6 +21,7 @@ from ..engine.events import ReplyStarted, StepVerified
 from ..engine.sampling import SAMPLERS, SamplingParams
 from ..engine.settings import GenerationSettings, SpeculationSettings
 from ..transcript import number, reply_seed, reproduce_flags, reproduce_note, sampling_label, settings_at
+from .field_tabs import FIELD_TABS
 from .render import fg, visible
 
 
@@ -266,6 +267,7 @@ class SystemPromptScreen(ModalScreen["str | None"]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "dismiss(None)", "Cancel"),
         Binding("ctrl+s", "save", "Save"),
+        *FIELD_TABS,
     ]
 
     def __init__(self, text: str) -> None:
@@ -370,10 +372,7 @@ class TuneScreen(ModalScreen["dict | None"]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "dismiss(None)", "Cancel"),
-        # priority: checked before a key is forwarded to the focused field's own queue, so the
-        # keys a terminal delivers with a tab in one read ("<tab>4230") land after the move
-        Binding("tab", "app.focus_next", "Next field", show=False, priority=True),
-        Binding("shift+tab", "app.focus_previous", "Previous field", show=False, priority=True),
+        *FIELD_TABS,
     ]
 
     def __init__(
@@ -459,7 +458,7 @@ class TuneScreen(ModalScreen["dict | None"]):
 class OpenTranscriptScreen(ModalScreen["Path | None"]):
     """Pick a saved transcript (newest first) or type a path."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss(None)", "Cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss(None)", "Cancel"), *FIELD_TABS]
 
     def __init__(self, folder: Path) -> None:
         super().__init__()

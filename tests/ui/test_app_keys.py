@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from rich.text import Text
 from textual import events
+from textual.widgets import Input
 from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.cli import main
@@ -452,6 +453,55 @@ def test_keys_typed_fast_after_tab_in_f3_land_in_the_next_field() -> None:
             await pilot.pause()
             await pilot.pause()
             assert (min_p.value, seed.value) == ("9", "4230")  # a field focused by tab has its text selected
+
+    run(body())
+
+
+def _one_read(app: SkippyApp, *keys: tuple[str, str | None]) -> None:
+    for key, char in keys:
+        app.post_message(events.Key(key, char))  # as the driver posts the keys of one read
+
+
+def test_keys_typed_fast_after_tab_land_in_the_next_field_of_every_dialog(tmp_path: Path) -> None:
+    """F3's Tab race (above) in the other dialogs where a field takes keys itself (an Input
+    or TextArea types them): the history's filter, the open dialog's path, the system
+    prompt's text. (A key bound to an action is looked up after it bubbles, along the
+    focus as it is by then, so buttons and tables were never affected.)"""
+    from skippy_tui.history import HistoryStore
+    from skippy_tui.ui.history_screen import HistoryScreen
+    from skippy_tui.ui.screens import OpenTranscriptScreen, SystemPromptScreen
+
+    (tmp_path / "saved.json").write_text("{}", "utf-8")
+    results: list[object] = []
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            # history: tab and "d" from the filter: "d" is the table's delete, not the filter's text
+            app.push_screen(HistoryScreen(HistoryStore(tmp_path / "history")))
+            screen = await wait_for_screen(pilot, app, HistoryScreen, 5)
+            screen.filter_input.focus()
+            await pilot.pause()
+            _one_read(app, ("tab", None), ("d", "d"))
+            await wait_until(pilot, lambda: screen.table.has_focus, 5, "the table to take the focus")
+            for _ in range(3):
+                await pilot.pause()
+            assert screen.filter_input.value == ""
+            await pilot.press("escape")
+            # open: from the list of saved files, tab and a path: the path field has it
+            app.push_screen(OpenTranscriptScreen(tmp_path), results.append)
+            screen = await wait_for_screen(pilot, app, OpenTranscriptScreen, 5)
+            assert screen.focused is not None and screen.focused.id == "files"
+            _one_read(app, ("tab", None), ("x", "x"), ("y", "y"))
+            await wait_until(pilot, lambda: screen.query_one("#path", Input).value == "xy", 5, "the path 'xy'")
+            await pilot.press("escape")
+            # system prompt: tab and enter from the text presses Save (not a new line in the text)
+            app.push_screen(SystemPromptScreen("Be brief."), results.append)
+            await wait_for_screen(pilot, app, SystemPromptScreen, 5)
+            _one_read(app, ("tab", None), ("enter", "\r"))
+            await wait_until(pilot, lambda: "Be brief." in results, 5, "Save with the text unchanged")
+        assert results == [None, "Be brief."]
 
     run(body())
 
