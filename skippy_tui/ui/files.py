@@ -13,7 +13,7 @@ from ..history import HistoryStore
 from ..transcript import Transcript, TranscriptError, new_transcript_path, versions
 from .confirm import DISCARD, SAVE, ConfirmDiscardScreen
 from .history_screen import HistoryScreen
-from .screens import OpenTranscriptScreen
+from .open_screen import OpenTranscriptScreen
 
 
 class FilesMixin:

@@ -22,10 +22,10 @@ from textual.worker import Worker, WorkerState
 from ..config import ConfigError, config_path
 from ..engine.errors import SkippyError
 from ..engine.loader import EngineSpec, live_changes
+from .error_screen import ErrorScreen, how_to_fix
 from .messages import LoadProgress
 from .model_picker import ModelChoice, SwitchFailedScreen, SwitchProgress, picker_for
 from .priority import lower_threads, terminal_path
-from .screens import ErrorScreen, how_to_fix
 
 
 @dataclass(frozen=True)

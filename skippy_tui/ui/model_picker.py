@@ -32,8 +32,8 @@ from textual.worker import Worker, WorkerState
 
 from ..engine.errors import ModelFileError
 from ..library import DraftCandidate, LibraryEntry, draft_candidates, existing, human_params, human_size, scan
+from .error_screen import ErrorScreen
 from .render import model_label
-from .screens import ErrorScreen
 
 if TYPE_CHECKING:
     from ..config import Config

@@ -10,7 +10,7 @@ from ..engine.stats import AcceptanceStats
 from ..transcript import count, reply_stats
 from .chat import AssistantMessage, SystemNote, UserMessage, Welcome
 from .clipboard import CodeBlockScreen, code_blocks
-from .screens import InspectorScreen
+from .inspector_screen import InspectorScreen
 
 WELCOME = (
     "Type a message below and press Enter. Replies stream here; the speculation panel (beside the chat, "

@@ -9,7 +9,8 @@ from typing import Any
 from ..engine.sampling import SamplingParams
 from ..transcript import sampling_label
 from .chat import SystemNote
-from .screens import SystemPromptScreen, TuneScreen
+from .system_prompt_screen import SystemPromptScreen
+from .tune_screen import TuneScreen
 
 
 def tune_notice(values: dict[str, Any], before: SamplingParams, max_tokens: int | None = None) -> str:

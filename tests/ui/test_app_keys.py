@@ -20,8 +20,9 @@ from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.chat import AssistantMessage
 from skippy_tui.ui.clipboard import code_blocks
+from skippy_tui.ui.inspector_screen import InspectorScreen, rejection_reason
 from skippy_tui.ui.render import model_label, visible
-from skippy_tui.ui.screens import InspectorScreen, TuneScreen, rejection_reason
+from skippy_tui.ui.tune_screen import TuneScreen
 
 
 def replay_app(path: Path = CHAT_JSON) -> SkippyApp:
@@ -430,7 +431,7 @@ def test_keys_typed_fast_after_tab_in_f3_land_in_the_next_field() -> None:
     """A terminal delivers "<tab>4230" in one read; Textual forwarded the digits to the field
     still focused while the tab waited in that field's own queue (min_p became 4230, the
     seed was meant). Tab is a priority binding of the dialog now: the focus moves first."""
-    from skippy_tui.ui.screens import TuneScreen
+    from skippy_tui.ui.tune_screen import TuneScreen
 
     async def body() -> None:
         app = replay_app()
@@ -469,7 +470,8 @@ def test_keys_typed_fast_after_tab_land_in_the_next_field_of_every_dialog(tmp_pa
     focus as it is by then, so buttons and tables were never affected.)"""
     from skippy_tui.history import HistoryStore
     from skippy_tui.ui.history_screen import HistoryScreen
-    from skippy_tui.ui.screens import OpenTranscriptScreen, SystemPromptScreen
+    from skippy_tui.ui.open_screen import OpenTranscriptScreen
+    from skippy_tui.ui.system_prompt_screen import SystemPromptScreen
 
     (tmp_path / "saved.json").write_text("{}", "utf-8")
     results: list[object] = []

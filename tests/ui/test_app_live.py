@@ -28,7 +28,8 @@ from skippy_tui.ui import launch
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.chat import AssistantMessage, UserMessage, Welcome
 from skippy_tui.ui.confirm import ConfirmDiscardScreen
-from skippy_tui.ui.screens import InspectorScreen, TuneScreen
+from skippy_tui.ui.inspector_screen import InspectorScreen
+from skippy_tui.ui.tune_screen import TuneScreen
 
 
 def _status(app: SkippyApp) -> str:

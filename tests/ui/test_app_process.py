@@ -22,7 +22,7 @@ from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.chat import AssistantMessage
 from skippy_tui.ui.launch import early_engine
-from skippy_tui.ui.screens import TuneScreen
+from skippy_tui.ui.tune_screen import TuneScreen
 
 PROMPT = "Tell me a long story about a dragon and a knight."
 

@@ -18,16 +18,13 @@ from skippy_tui.engine.sampling import SamplingParams
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.chat import AssistantMessage, MessageWidget, SystemNote, UserMessage, Welcome
+from skippy_tui.ui.error_screen import ErrorScreen
+from skippy_tui.ui.inspector_screen import InspectorScreen
+from skippy_tui.ui.open_screen import OpenTranscriptScreen
 from skippy_tui.ui.render import visible
-from skippy_tui.ui.screens import (
-    TUNE_FIELDS,
-    ErrorScreen,
-    InspectorScreen,
-    OpenTranscriptScreen,
-    SystemPromptScreen,
-    TuneScreen,
-)
+from skippy_tui.ui.system_prompt_screen import SystemPromptScreen
 from skippy_tui.ui.themes import UiState, builtin_theme_dir, load_theme_file, load_themes
+from skippy_tui.ui.tune_screen import TUNE_FIELDS, TuneScreen
 
 
 def replay_app(config: Config | None = None, path: Path = CHAT_JSON) -> SkippyApp:

@@ -275,7 +275,7 @@ def test_a_timeline_row_is_rendered_once_while_rows_are_added() -> None:
 
 
 def test_the_timeline_cursor_moves_by_keys_and_a_click_on_it_inspects() -> None:
-    from skippy_tui.ui.screens import InspectorScreen
+    from skippy_tui.ui.inspector_screen import InspectorScreen
 
     async def body() -> None:
         app = layout_app()

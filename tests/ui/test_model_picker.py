@@ -343,7 +343,7 @@ def test_f5_with_models_loaded_rereads_the_config(speculator: Any, library: Path
     session's F3 k carries over unless the file changed it; a bad file keeps the models."""
     from skippy_tui.config import load_config
     from skippy_tui.engine.loader import LIVE_SPECULATION
-    from skippy_tui.ui.screens import ErrorScreen
+    from skippy_tui.ui.error_screen import ErrorScreen
 
     cfg_file = tmp_path / "config.toml"
     cfg_file.write_text("[generation]\nmax_tokens = 6\n", "utf-8")

@@ -15,7 +15,9 @@ from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, ui_config, wait_for_screen
 
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
-from skippy_tui.ui.screens import ErrorScreen, InspectorScreen, TuneScreen
+from skippy_tui.ui.error_screen import ErrorScreen
+from skippy_tui.ui.inspector_screen import InspectorScreen
+from skippy_tui.ui.tune_screen import TuneScreen
 
 
 def replay_app(path: Path = CHAT_JSON, **ui: object) -> SkippyApp:
