@@ -33,6 +33,9 @@ def test_smollm2_header(smollm2_q4_1: Path, cache_dir: Path) -> None:
     assert info.context_length == 8192
     assert "<|im_start|>" in (info.chat_template or "")
     assert info.tokens[2] == "<|im_end|>"
+    # named by its file, as the app's status bar does: general.name is a training run's
+    assert info.name == "Smollm2 135M 8k Lc100K Mix1 Ep2"
+    assert info.label == f"{smollm2_q4_1.name.removesuffix('.gguf').removesuffix('.Q4_1')} Q4_1"
 
 
 def test_gemma_header(gemma3_270m: Path, cache_dir: Path) -> None:
@@ -267,6 +270,8 @@ def test_a_cancelled_load_stops_at_once_and_raises(
     assert all(s == stages[first][0] for s, _ in after) and len(after) <= 1, after
     if stop_in.startswith("loading"):
         assert max(f for s, f in stages if s.startswith(stop_in)) < 1.0
+        model = smollm2_f32 if stop_in == "loading target" else smollm2_q4_1
+        assert stages[first][0] == f"{stop_in} {cached_model_info(model, cache_dir / 'gguf-info').label}"
     # and the same spec loads whole when nobody cancels
     speculator = load_speculator(spec)
     try:

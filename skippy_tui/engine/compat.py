@@ -17,9 +17,8 @@ MAX_VOCAB_SIZE_DIFFERENCE = 128
 def incompatibility(target: ModelInfo, draft: ModelInfo) -> str | None:
     """Why the pair cannot speculate, as one sentence; ``None`` when it can."""
     if target.vocab_model != draft.vocab_model:
-        return (
-            f"vocab type differs: target {target.name} is {target.vocab_kind}, draft {draft.name} is {draft.vocab_kind}"
-        )
+        t, d = target, draft
+        return f"vocab type differs: target {t.label} is {t.vocab_kind}, draft {d.label} is {d.vocab_kind}"
     diff = abs(target.vocab_size - draft.vocab_size)
     if diff > MAX_VOCAB_SIZE_DIFFERENCE:
         return (

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ModelFileError
+from .labels import model_label
 
 _SHARD_RE = re.compile(r"^(?P<stem>.*)-(?P<idx>\d{5})-of-(?P<count>\d{5})\.gguf$")
 _BLOCK_RE = re.compile(r"^blk\.(\d+)\.")
@@ -52,6 +53,11 @@ class ModelInfo:
     size_bytes: int
     tokens: tuple[str, ...] = field(repr=False)
     n_params: int | None = None
+
+    @property
+    def label(self) -> str:
+        """The file's stem and quantization (:func:`labels.model_label`), as every view names it."""
+        return model_label(self.path, self.name, self.file_type)
 
     @property
     def vocab_kind(self) -> str:

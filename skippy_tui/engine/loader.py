@@ -172,7 +172,7 @@ def load_speculator(spec: EngineSpec, progress: Progress = _noop, cancelled: Cal
     checkpoint()
     owned: list[Model | Context] = []
     try:
-        t_model = load_model(target_path, spec.target.load, f"loading target {t_info.name}")
+        t_model = load_model(target_path, spec.target.load, f"loading target {t_info.label}")
         owned.append(t_model)
         checkpoint()
         t_ctx = Context(t_model, spec.target.load)
@@ -180,7 +180,7 @@ def load_speculator(spec: EngineSpec, progress: Progress = _noop, cancelled: Cal
         drafter = None
         if draft_path is not None and d_info is not None:
             d_load = spec.draft.load if spec.draft is not None else spec.target.load
-            d_model = load_model(draft_path, d_load, f"loading draft {d_info.name}")
+            d_model = load_model(draft_path, d_load, f"loading draft {d_info.label}")
             owned.append(d_model)
             checkpoint()
             d_ctx = Context(d_model, d_load)

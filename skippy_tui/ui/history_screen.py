@@ -19,9 +19,9 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Input, Static
 
+from ..engine.labels import model_label
 from ..history import ChatEntry, HistoryError, HistoryStore
 from .field_tabs import FIELD_TABS
-from .render import model_label
 
 HINT = "enter open · r rename · d delete · type to filter · esc close"
 

@@ -31,9 +31,9 @@ from textual.widgets.option_list import Option
 from textual.worker import Worker, WorkerState
 
 from ..engine.errors import ModelFileError
+from ..engine.labels import model_label
 from ..library import DraftCandidate, LibraryEntry, draft_candidates, existing, human_params, human_size, scan
 from .error_screen import ErrorScreen
-from .render import model_label
 
 if TYPE_CHECKING:
     from ..config import Config

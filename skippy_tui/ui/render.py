@@ -6,10 +6,8 @@ widgets), so everything here is testable without an app.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from rich.cells import cell_len
 from rich.style import Style
@@ -159,31 +157,6 @@ def origin_text(spans: Sequence[TextSpan], draft: Style | str, target: Style | s
     for s in spans:
         out.append(s.text, style=draft if s.origin == "draft" else target)
     return out
-
-
-def short_name(name: str, width: int = 28) -> str:
-    return name if len(name) <= width else name[: width - 1] + "…"
-
-
-_SHARD = re.compile(r"-\d{5}-of-\d{5}$")
-
-
-def model_label(path: str | Path | None, name: str, file_type: str, width: int = 40) -> str:
-    """A short label that tells two models apart: the file's stem and its quantization.
-
-    ``SmolLM2-135M-Instruct.Q4_1.gguf`` (file type Q4_1) → ``SmolLM2-135M-Instruct Q4_1``:
-    the GGUF's ``general.name`` is often the same for a target and its draft,
-    the file names are not. A split model's ``-00001-of-00003`` is dropped. The
-    stem is shortened to fit ``width`` cells; the quantization is always kept.
-    Without a path, the GGUF name stands in for the stem.
-    """
-    stem = _SHARD.sub("", Path(path).name.removesuffix(".gguf")) if path else name
-    if file_type:
-        at = stem.lower().rfind(file_type.lower())
-        if at > 0:  # drop the quantization from the stem with its separator; it is shown apart
-            stem = (stem[:at].rstrip(".-_ ") + stem[at + len(file_type) :]).strip(".-_ ") or stem
-    tail = f" {file_type}" if file_type else ""
-    return short_name(stem, max(width - len(tail), 4)) + tail
 
 
 # -- fitting a line of fields into a width ----------------------------------------------------

@@ -13,9 +13,10 @@ from typing import Any
 
 from textual.widgets import Static
 
+from ..engine.labels import model_label
 from ..engine.sampling import SamplingParams
 from ..transcript import Entry
-from .render import Part, fit_parts, model_label
+from .render import Part, fit_parts
 
 STATUS_NAME_WIDTHS = (28, 22, 16, 12)  # model name widths the status bar tries, widest first
 SEPARATOR = " │ "

@@ -16,12 +16,13 @@ from textual.widgets import Input
 from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.cli import main
+from skippy_tui.engine.labels import model_label
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.chat import AssistantMessage
 from skippy_tui.ui.clipboard import code_blocks
 from skippy_tui.ui.inspector_screen import InspectorScreen, rejection_reason
-from skippy_tui.ui.render import model_label, visible
+from skippy_tui.ui.render import visible
 from skippy_tui.ui.tune_screen import TuneScreen
 
 
