@@ -5,11 +5,21 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Iterator
 
 import pytest
 
 from skippy_tui.engine import native_sigint
 from skippy_tui.engine.native_sigint import deferred_sigint, sigint_scope
+
+
+@pytest.fixture(autouse=True)
+def python_handles_sigint() -> Iterator[None]:
+    """Python's default SIGINT handler, as in a terminal: a job that a non-interactive shell
+    started in the background (a CI script's ``cmd &``) inherits SIGINT ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def ctrl_c() -> None:
