@@ -129,8 +129,14 @@ class FilesMixin:
             if not quiet:
                 self.notify("Nothing to save yet.")
             return False
-        self._snapshot_metadata()
         path = self.transcript_path
+        if not self.unsaved and path is not None and path.suffix == ".json" and path.is_file():
+            # unchanged since it was opened or saved: rewriting would replace the file's record of
+            # the models, config and versions that made it with this session's
+            if not quiet:
+                self.notify(f"{path} is up to date: nothing changed since it was saved or opened.", timeout=5)
+            return True
+        self._snapshot_metadata()
         if path is None or path.suffix != ".json":
             path = new_transcript_path(self.transcript_dir())
         try:

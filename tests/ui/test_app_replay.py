@@ -492,6 +492,32 @@ def test_tune_dialog_refuses_bad_values_and_changes_nothing() -> None:
     run(body())
 
 
+def test_ctrl_s_on_an_unchanged_replay_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    """Saving rewrote the replayed file with this session's config, models and versions in
+    place of the record of the ones that made it; unchanged, Ctrl+S now says so and writes
+    nothing. A change (here the system prompt) is saved to the same file."""
+    path = tmp_path / "chat.json"
+    path.write_bytes(CHAT_JSON.read_bytes())
+    before = path.read_bytes()
+    notes: list[str] = []
+
+    async def body() -> None:
+        app = replay_app(path=path)
+        async with app.run_test(size=SIZE) as pilot:
+            app.notify = lambda message, **kw: notes.append(str(message))  # type: ignore[method-assign]
+            await pilot.press("ctrl+s")
+            await wait_until(pilot, lambda: bool(notes), 5, "a notification")
+            assert "is up to date" in notes[-1] and path.read_bytes() == before
+            assert not (tmp_path / "chat.md").exists()
+            app.transcript.system_prompt = "Be brief."
+            await pilot.press("ctrl+s")
+            await wait_until(pilot, lambda: len(notes) == 2, 5, "the save")
+            assert app.transcript_path == path and Transcript.load(path).system_prompt == "Be brief."
+            assert (tmp_path / "chat.md").is_file()
+
+    run(body())
+
+
 def test_system_prompt_dialog_ctrl_s_saves_the_prompt_not_the_transcript() -> None:
     async def body() -> None:
         app = replay_app()
