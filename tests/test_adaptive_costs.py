@@ -311,6 +311,58 @@ def test_a_copy_with_edits_goes_to_the_ngram_and_the_model_is_not_explored_at_an
     assert copy_rate(gap, "auto") >= share * copy_rate(gap, "ngram")
 
 
+def _code_like_chooser() -> SourceChooser:
+    """A chooser that has seen the default pair on code: plain steps at 18.6 ms, the draft
+    model's k = 6 steps taken whole (10 ms + 7.5 ms a later call, its catch-up 6 ms + 4.5 ms a
+    token), each one alone between the n-gram's short matches (a streak of 1), whose offers
+    were judged half right."""
+    verify = VerifyCosts()
+    for b in range(1, 18):  # the load-time probe's timings
+        verify.add(b, 18.6 + 4.0 * (b - 1))
+    model, ngram = AdaptiveK(verify), AdaptiveK(verify, runs=True, draft_prior_ms=0.01)
+    chooser = SourceChooser(model, ngram, shadowed=True)
+    for _ in range(4):
+        model.observe(k=0, n_proposed=0, n_accepted=0, verify_ms=18.6, step_ms=18.6)
+    for i in range(12):
+        behind = (1, 3, 8)[i % 3]
+        sync, calls = 6.0 + 4.5 * behind, [10.0] + [7.5] * 5
+        model.observe(
+            k=6, n_proposed=6, n_accepted=6, sync_ms=sync, draft_ms=sum(calls), verify_ms=18.6 + 24.0,
+            step_ms=sync + sum(calls) + 18.6 + 24.0, sync_tokens=behind, draft_calls_ms=calls,
+        )  # fmt: skip
+        chooser.shadow("model", [1, 1, 1], [1, 1, 2] if i % 2 else [2, 2, 2])
+    return chooser
+
+
+def test_a_model_skipped_by_plain_steps_is_not_left_behind_for_good():
+    """At T = 0.8 on code, plain steps (a paused copy's) left the draft model 7 tokens behind;
+    its catch-up was charged to its next step alone (its streaks were one step long, between
+    the n-gram's matches), so plain looked better, and each plain step made the catch-up
+    dearer: 25 plain steps at 55 tok/s, the model 40 behind and never back, where it made 61
+    synced. What a plain step adds to the catch-up is the plain step's cost."""
+    chooser = _code_like_chooser()
+    synced = chooser.model.rates(8)  # type: ignore[union-attr]
+    assert synced is not None and max(synced[1:]) > 1.1 * synced[0]  # the model is the one to come back to
+    for behind in range(1, 31):  # no room for a proposal: plain steps
+        assert chooser.choose(0, 0, behind)[1] == 0
+    source, k, why = chooser.choose(8, 0, 30)
+    assert (source, k > 0) == ("model", True), why
+    assert "catch-up" in why
+    # what a plain step adds: the catch-up's slope, 4.5 ms a token
+    assert chooser.debt_ms(8, 30) == pytest.approx(4.5, rel=0.05)
+
+
+def test_the_catch_up_the_ngram_left_stays_the_models():
+    """The same model 30 tokens behind after the n-gram's steps (a copy): its catch-up is its
+    own, spread over its streaks, and a plain step wins; nor is a plain step charged while a
+    paused copy, charged too, still beats the model (a rewrite's edit)."""
+    chooser = _code_like_chooser()
+    _, k, why = chooser.choose(8, 0, 30)
+    assert k == 0, why
+    assert chooser.debt_ms(8, 30, rival=60.0) > 0.0
+    assert chooser.debt_ms(8, 30, rival=250.0) == 0.0
+
+
 def test_a_copy_after_free_text_runs_long_within_a_few_steps():
     """Free text first: the n-gram's matches were short guesses, mostly wrong. Then the reply
     copies its prompt and every proposal is accepted. Pooled with the guesses, a copy's

@@ -36,6 +36,26 @@ still matched its source now and then, each match broke at once, and the reply w
 plain steps for a copy that never came back (seven in a row, at 39 tok/s while the draft
 model made 54)."""
 
+DEBT_SPAN = 8
+"""Tokens over which the draft model's catch-up cost per token is measured (its slope), and
+the most the n-gram's steps may have left it behind for plain steps to be charged for it."""
+
+
+def _with_debt(rate: float, debt: float) -> float:
+    """``rate`` (tokens/s) of a step that also adds ``debt`` ms per token it commits."""
+    return 1000.0 / (1000.0 / rate + debt) if rate > 0 else rate
+
+
+def _debt_note(debt: float) -> str:
+    return f"; a plain step +{debt:.1f} ms of the model's catch-up" if debt else ""
+
+
+def _charged(steps: tuple[list[float], list[float]], debt: float) -> tuple[list[float], list[float]]:
+    """``(E(k), T(k))`` with ``debt`` ms added to plain decoding's step (k = 0: one token the
+    draft model does not see)."""
+    tokens, ms = steps
+    return (tokens, [ms[0] + debt, *ms[1:]]) if debt else steps
+
 
 class SourceChooser:
     """``source = "auto"`` with ``n_draft = "auto"``: per step, plain decoding, the
@@ -51,6 +71,8 @@ class SourceChooser:
     tokens most exceed what the reply's going rate (:meth:`record`) makes in the
     step's time (:func:`~.cost_model.net_gains`; the best expected tokens/s until the
     going rate is known), and that source's policy picks k, probing as it does alone.
+    With no n-gram match, a plain step is charged the token of catch-up it adds to a draft
+    model worth coming back to (:meth:`debt_ms`).
 
     A source not measured yet is measured first (the n-gram under ``shadowed`` only
     until :meth:`shadow` has judged its offer). Every ``explore_every`` steps the
@@ -84,6 +106,7 @@ class SourceChooser:
         self._tokens = self._ms = self._steps = 0.0  # decayed sums over recent steps of any source
         self._ngram_rate, self._ngram_age = 0.0, NGRAM_RECENT + 1  # its best expected rate at its last match
         self._breaks = 0  # offers of the n-gram not taken whole since then
+        self._plain_skipped = 0  # tokens plain steps committed since the draft model last drafted
 
     def new_reply(self) -> None:
         """A reply starts: the going rate is measured afresh (a copy's rate says nothing of
@@ -91,6 +114,7 @@ class SourceChooser:
         self._tokens = self._ms = self._steps = 0.0
         self._ngram_age = NGRAM_RECENT + 1
         self._breaks = 0
+        self._plain_skipped = 0  # the prompt's prefill synced the draft model
 
     def record(self, tokens: int, ms: float) -> None:
         """One finished step of any source (or plain): ``tokens`` committed in ``ms``."""
@@ -120,6 +144,14 @@ class SourceChooser:
 
         ``k = 0`` is a plain step; ``source`` then names the policy that chose it.
         """
+        source, k, why = self._choose(k_max_model, ngram_available, model_behind)
+        if k == 0:
+            self._plain_skipped += 1
+        elif source == "model":
+            self._plain_skipped = 0
+        return source, k, why
+
+    def _choose(self, k_max_model: int, ngram_available: int, model_behind: int) -> tuple[str, int, str]:
         options: dict[str, int] = {}
         if ngram_available > 0:
             options["ngram"] = ngram_available
@@ -131,14 +163,27 @@ class SourceChooser:
             source = "model" if self.model is not None else "ngram"
             return source, 0, f"auto: {source} plain (no n-gram match{'' if self.model else ', no draft model'})"
         behind = {"model": model_behind, "ngram": 0}
-        steps: dict[str, tuple[list[float], list[float]]] = {}
+        raw: dict[str, tuple[list[float], list[float]]] = {}
         for source, k_max in options.items():
             policy = self.policy(source)
             st = policy.steps(k_max, behind[source])
             if st is None or not self._known(source):
                 k, why = policy.choose(k_max, behind[source])  # measure it first
                 return source, k, f"auto: {source} {why.removeprefix('auto: ')}"
-            steps[source] = st
+            raw[source] = st
+        debt = 0.0
+        if "ngram" not in raw and self.model is not None:
+            # the model against plain steps alone: a copy paused at an edit is still the one to
+            # come back to, for a few steps (see _going_against)
+            rival = self._ngram_rate if self._ngram_age <= NGRAM_RECENT else 0.0
+            # the part of the model's catch-up the n-gram's steps made; a few tokens at most
+            # where the model is the source in use (more: a copy, which the n-gram comes back to)
+            own = max(model_behind - self._plain_skipped, 0)
+            debt = self.debt_ms(k_max_model, model_behind, rival) if own <= DEBT_SPAN else 0.0
+            if debt:
+                # the plain steps' part is theirs (charged to them, below), the rest the model's
+                raw["model"] = self.model.steps(k_max_model, own) or raw["model"]
+        steps = {s: _charged(st, debt) for s, st in raw.items()}
         rates = {s: [1000.0 * t / m for t, m in zip(*st)] for s, st in steps.items()}
         best = {s: (best_k(r), max(r)) for s, r in rates.items()}  # each source's k: its best tokens/s
         self.last = best
@@ -159,7 +204,7 @@ class SourceChooser:
                 why = (
                     f"going {going:.1f} tok/s: plain adds {gains[chosen][0]:.2f}, {chosen} k={k} {gains[chosen][k]:.2f}"
                 )
-                return chosen, 0, f"auto: {chosen} plain ({why})"
+                return chosen, 0, f"auto: {chosen} plain ({why}){_debt_note(debt)}"
         other = next((s for s in best if s != chosen), None)
         self._since += 1
         if (
@@ -180,7 +225,36 @@ class SourceChooser:
             return other, k, f"auto: {other} explore k={k} est {offered[k]:.1f} tok/s{note}"
         k, why = self.policy(chosen).choose(options[chosen], behind[chosen], rates[chosen])
         note = f"; {other} k={best[other][0]} est {best[other][1]:.1f}" if other is not None else ""
-        return chosen, k, f"auto: {chosen} {why.removeprefix('auto: ')}{note}"
+        return chosen, k, f"auto: {chosen} {why.removeprefix('auto: ')}{note}{_debt_note(debt)}"
+
+    def debt_ms(self, k_max_model: int, model_behind: int, rival: float = 0.0) -> float:
+        """What a plain step adds to the draft model's catch-up (ms at the current slowdown:
+        the prefill of one more token) while the model, synced, beats plain decoding and the
+        n-gram's paused copy (``rival`` tokens/s, charged that much too); else 0.
+
+        Used only where the n-gram has no match: the step is the model's or plain. A plain step
+        leaves the model a token further behind and its next step prefills it first (4-5 ms for
+        the default draft on 2 cores, a quarter of a plain step). Where the model is the source
+        to come back to, that cost is the plain step's, and the model's step is charged only the
+        rest of its catch-up (what the n-gram's steps left it). Charged to the model's next step
+        (spread over its recent streaks: one or two steps between the n-gram's matches on code),
+        the plain steps' part made the model look worse the longer they went on: at T = 0.8 on
+        code a reply ran 25 plain steps in a row at 55 tok/s, the model 40 behind and never back,
+        where it made 61 synced. The n-gram's part stays the model's, and once it is more than
+        :data:`DEBT_SPAN` tokens (a copy, which the n-gram comes back to) plain steps are not
+        charged at all: forgiven, a model that caught up on a rewrite's copy at each pause
+        drafted at 35 tok/s; with plain steps charged, at 49 (code-edit: 0.81 of the n-gram)."""
+        model = self.model
+        if model is None or k_max_model <= 0 or not model.measured:
+            return 0.0
+        synced = model.rates(k_max_model)
+        if synced is None:
+            return 0.0
+        b = max(model_behind, 1)
+        debt = (model.catchup_ms(b + DEBT_SPAN) - model.catchup_ms(b)) / DEBT_SPAN * model.slowdown
+        if max(synced[1:], default=0.0) <= max(synced[0], _with_debt(rival, debt)):
+            return 0.0
+        return debt
 
     def handoff_pays(self, k_max_ngram: int, run: int) -> bool:
         """Whether a model step should stop for the n-gram once its tokens begin a copy
