@@ -163,16 +163,8 @@ class SourceChooser:
             source = "model" if self.model is not None else "ngram"
             return source, 0, f"auto: {source} plain (no n-gram match{'' if self.model else ', no draft model'})"
         behind = {"model": model_behind, "ngram": 0}
-        raw: dict[str, tuple[list[float], list[float]]] = {}
-        for source, k_max in options.items():
-            policy = self.policy(source)
-            st = policy.steps(k_max, behind[source])
-            if st is None or not self._known(source):
-                k, why = policy.choose(k_max, behind[source])  # measure it first
-                return source, k, f"auto: {source} {why.removeprefix('auto: ')}"
-            raw[source] = st
-        debt = 0.0
-        if "ngram" not in raw and self.model is not None:
+        debt, charged_behind = 0.0, dict(behind)
+        if "ngram" not in options and self.model is not None:
             # the model against plain steps alone: a copy paused at an edit is still the one to
             # come back to, for a few steps (see _going_against)
             rival = self._ngram_rate if self._ngram_age <= NGRAM_RECENT else 0.0
@@ -182,7 +174,15 @@ class SourceChooser:
             debt = self.debt_ms(k_max_model, model_behind, rival) if own <= DEBT_SPAN else 0.0
             if debt:
                 # the plain steps' part is theirs (charged to them, below), the rest the model's
-                raw["model"] = self.model.steps(k_max_model, own) or raw["model"]
+                charged_behind["model"] = own
+        raw: dict[str, tuple[list[float], list[float]]] = {}
+        for source, k_max in options.items():
+            policy = self.policy(source)
+            st = policy.steps(k_max, charged_behind[source])
+            if st is None or not self._known(source):
+                k, why = policy.choose(k_max, behind[source])  # measure it first
+                return source, k, f"auto: {source} {why.removeprefix('auto: ')}"
+            raw[source] = st
         steps = {s: _charged(st, debt) for s, st in raw.items()}
         rates = {s: [1000.0 * t / m for t, m in zip(*st)] for s, st in steps.items()}
         best = {s: (best_k(r), max(r)) for s, r in rates.items()}  # each source's k: its best tokens/s
