@@ -30,8 +30,9 @@ from typing import Any
 from .cli_common import path_arg
 from .engine.compat import incompatibility
 from .engine.errors import ModelFileError
-from .engine.gguf_info import _SHARD_RE, ModelInfo, cached_model_info, shard_paths
+from .engine.gguf_info import ModelInfo, cached_model_info, shard_paths
 from .engine.jsoncache import file_key, read_entry, write_entry
+from .engine.labels import SHARD_RE
 
 ENTRY_VERSION = 1
 """Bumped when :class:`LibraryEntry`'s cached fields change (old entries are then re-read)."""
@@ -190,7 +191,7 @@ def find_models(dirs: Iterable[Path]) -> list[tuple[Path, tuple[Path, ...], str 
                 if not f.lower().endswith(".gguf"):
                     continue
                 path = here / f
-                m = _SHARD_RE.match(f)
+                m = SHARD_RE.match(f)
                 if m is None:
                     add(path, (path,), None)
                     continue

@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ModelFileError
-from .labels import model_label
+from .labels import SHARD_RE, model_label
 
-_SHARD_RE = re.compile(r"^(?P<stem>.*)-(?P<idx>\d{5})-of-(?P<count>\d{5})\.gguf$")
 _BLOCK_RE = re.compile(r"^blk\.(\d+)\.")
 
 CACHE_VERSION = 2
@@ -89,7 +88,7 @@ def shard_paths(path: Path) -> tuple[Path, ...]:
     Raises:
         ModelFileError: when a shard named by the split pattern is missing.
     """
-    m = _SHARD_RE.match(path.name)
+    m = SHARD_RE.match(path.name)
     if not m:
         return (path,)
     count = int(m["count"])

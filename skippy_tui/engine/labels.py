@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-_SHARD = re.compile(r"-\d{5}-of-\d{5}$")
+SHARD_RE = re.compile(r"^(?P<stem>.*)-(?P<idx>\d{5})-of-(?P<count>\d{5})\.gguf$")
+"""A split model's file name, llama.cpp's ``gguf-split`` pattern: ``stem-0000N-of-0000M.gguf``."""
 
 
 def short_name(name: str, width: int = 28) -> str:
@@ -27,7 +28,10 @@ def model_label(path: str | Path | None, name: str, file_type: str, width: int =
     is shortened to fit ``width`` characters; the quantization is always kept.
     Without a path, the GGUF name stands in for the stem.
     """
-    stem = _SHARD.sub("", Path(path).name.removesuffix(".gguf")) if path else name
+    stem = name
+    if path:
+        split = SHARD_RE.match(Path(path).name)
+        stem = split["stem"] if split else Path(path).name.removesuffix(".gguf")
     if file_type:
         at = stem.lower().rfind(file_type.lower())
         if at > 0:  # drop the quantization from the stem with its separator; it is shown apart
