@@ -57,9 +57,17 @@ costs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Protocol
 
+from .acceptance_counts import (
+    RUN_BUCKETS,
+    RUN_PRIOR_WEIGHT,
+    PositionCounts,
+    geometric,
+    run_bucket,
+    run_lengths,
+    smoothed,
+)
 from .cost_model import Costs, best_k, expected_rates, expected_steps, expected_tokens
 from .measurements import Recent, VerifyCosts
 
@@ -87,97 +95,6 @@ against 56-58 in the other). At 2x (the first threshold) a policy that had turne
 steps in the fast phase kept the draft's costs scaled by the target's slowdown once it ended,
 so the draft looked 1.23x dearer just when it had got cheaper, and only rare probes could
 move its median costs back. Plain steps alone vary ~5 % step to step."""
-
-
-@dataclass
-class _Counts:
-    """Decayed counts by draft position: offered/asked and accepted/reached."""
-
-    asked: list[float] = field(default_factory=list)
-    offered: list[float] = field(default_factory=list)
-    reached: list[float] = field(default_factory=list)
-    accepted: list[float] = field(default_factory=list)
-
-    def grow(self, n: int) -> None:
-        for lst in (self.asked, self.offered, self.reached, self.accepted):
-            lst.extend([0.0] * (n - len(lst)))
-
-    def decay(self, f: float) -> None:
-        for lst in (self.asked, self.offered, self.reached, self.accepted):
-            for i in range(len(lst)):
-                lst[i] *= f
-
-    def add(self, k: int, n_proposed: int, n_accepted: int, expected: Sequence[float | None] = ()) -> None:
-        """One judged proposal; ``expected[i]``: the probability that position ``i + 1`` was
-        accepted, counted instead of the outcome where known (the same mean, less noise)."""
-        self.grow(k)
-        for i in range(k):
-            if n_proposed >= i:  # position i+1 was asked for, the draft had offered i
-                self.asked[i] += 1
-                if n_proposed > i:
-                    self.offered[i] += 1
-            if n_proposed > i and n_accepted >= i:  # position i+1 offered, tokens <= i accepted
-                self.reached[i] += 1
-                e = expected[i] if i < len(expected) else None
-                self.accepted[i] += e if e is not None else float(n_accepted > i)
-
-
-def _run_lengths(
-    num: Sequence[float],
-    den: Sequence[float],
-    n: int,
-    first_prior: float,
-    weight: float,
-    later_prior: float | None = None,
-) -> list[float]:
-    """Conditional acceptance by position for a run-length (geometric) model: position 1
-    (is the proposal right at all), with a prior of ``weight`` pseudo-counts at
-    ``first_prior``, and one rate for every later position (does a run, once started, go
-    on), pooled over all of them, with its prior at ``later_prior`` (default: the first
-    position's rate).
-
-    Per position, the deepest positions are seen only in the few longest proposals: one
-    rejection there (a long n-gram copy that ran into an edit) set the rate of every
-    position after it, which were then never tried, so proposals stayed at that length
-    however long the copies ran.
-    """
-    x0, d0 = (num[0], den[0]) if num and den else (0.0, 0.0)
-    first = (x0 + weight * first_prior) / (d0 + weight)
-    prior = first if later_prior is None else later_prior
-    later = (sum(num[1:]) + prior * weight) / (sum(den[1:]) + weight)
-    return _geometric(first, later, n)
-
-
-def _geometric(first: float, later: float, n: int) -> list[float]:
-    """``[first, later, later, ...]``, ``n`` long: the run-length model's rates by position."""
-    return ([first] + [later] * max(n - 1, 0))[:n]
-
-
-def _smoothed(num: Sequence[float], den: Sequence[float], n: int, first_prior: float, weight: float) -> list[float]:
-    """Per-position rates with a prior of ``weight`` pseudo-counts at the previous position's rate."""
-    out: list[float] = []
-    prior = first_prior
-    for i in range(n):
-        d = den[i] if i < len(den) else 0.0
-        x = num[i] if i < len(num) else 0.0
-        rate = (x + weight * prior) / (d + weight)
-        out.append(rate)
-        prior = rate
-    return out
-
-
-# An n-gram source's acceptance is kept apart by how many tokens in a row it has just
-# predicted right (0, 1-3, 4-11, 12+): a copy in progress goes on far more often than a
-# match found in free text, and pooled counts let failed guesses in one reply hold back
-# the copy in the next (it took six steps to go past k=7 on a 28-token copy). The run is
-# also read from the context (``AdaptiveK.copying``): a copy the draft model began counts.
-RUN_BUCKETS = (1, 4, 12)
-RUN_PRIOR_WEIGHT = 2.0  # pseudo-counts of the shorter runs' rates in a bucket's estimate
-
-
-def run_bucket(run: int) -> int:
-    """The :data:`RUN_BUCKETS` index of a run of ``run`` tokens predicted right in a row."""
-    return sum(run >= b for b in RUN_BUCKETS)
 
 
 class KPolicy(Protocol):
@@ -245,7 +162,7 @@ class AdaptiveK:
         self.sync_one = Recent()  # ... and those that decoded one token (after a proposal taken whole)
         self.overhead = Recent()
         self.rollback = Recent()
-        self.counts = _Counts()
+        self.counts = PositionCounts()
         self._forget_runs()
         self._interval = probe_every
         self._since_probe = 0
@@ -268,12 +185,12 @@ class AdaptiveK:
     def reset_draft(self) -> None:
         """Forget draft-side measurements (another draft source); verify costs stay."""
         self._forget_draft_costs()
-        self.counts = _Counts()
+        self.counts = PositionCounts()
         self._forget_runs()
         self._spec_steps, self._cost_steps, self._interval, self._since_probe = 0, 0, self.probe_every, 0
 
     def _forget_runs(self) -> None:
-        self.by_run = [_Counts() for _ in range(len(RUN_BUCKETS) + 1)]  # runs only: counts by run bucket
+        self.by_run = [PositionCounts() for _ in range(len(RUN_BUCKETS) + 1)]  # runs only: counts by run bucket
         self.run = 0  # tokens this source predicted right in a row, up to now
 
     def _forget_draft_costs(self) -> None:
@@ -425,22 +342,22 @@ class AdaptiveK:
 
     def acceptance(self, n: int, run: int | None = None) -> list[float]:
         """Estimated conditional acceptance ``a_1..a_n``: a run-length model for a source that
-        copies spans (:func:`_run_lengths`; ``run``: judged that far into a copy instead of
+        copies spans (:func:`~.acceptance_counts.run_lengths`; ``run``: judged that far into a copy instead of
         the current :attr:`run`), else each unmeasured position like the one before."""
         c = self.counts
         if not self.runs:
-            return _smoothed(c.accepted, c.reached, n, 0.5, 1.0)
+            return smoothed(c.accepted, c.reached, n, 0.5, 1.0)
         # pooled rates are bucket 0's prior, each bucket's rates the next one's: a bucket
         # not seen yet is judged like the shorter runs before it, not like all matches
-        first, later = _run_lengths(c.accepted, c.reached, 2, 0.5, 1.0)
+        first, later = run_lengths(c.accepted, c.reached, 2, 0.5, 1.0)
         for b in self.by_run[: run_bucket(self.run if run is None else run) + 1]:
-            first, later = _run_lengths(b.accepted, b.reached, 2, first, RUN_PRIOR_WEIGHT, later_prior=later)
-        return _geometric(first, later, n)
+            first, later = run_lengths(b.accepted, b.reached, 2, first, RUN_PRIOR_WEIGHT, later_prior=later)
+        return geometric(first, later, n)
 
     def offer(self, n: int) -> list[float]:
         """Estimated ``q_1..q_n``: the draft offers position ``j`` once it offered ``j - 1``."""
         c = self.counts
-        return _smoothed(c.offered, c.asked, n, 1.0, 1.0)
+        return smoothed(c.offered, c.asked, n, 1.0, 1.0)
 
     @property
     def slowdown(self) -> float:
