@@ -8,6 +8,7 @@ probe itself never visits, on whatever CPU runs the tests.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -80,6 +81,39 @@ def test_gemma_probe_holds_at_every_scanned_position(gemma3_270m: Path, tmp_path
 
 def test_default_target_probe_holds_at_every_scanned_position(smollm2_f32: Path, tmp_path: Path, monkeypatch) -> None:
     _check(smollm2_f32, 9, tmp_path, monkeypatch)
+
+
+def test_flash_attention_on_the_target_is_probed_where_it_splits_a_row(smollm2_f32: Path, tmp_path: Path) -> None:
+    # with flash attention a one-row decode over 512 KV cells adds up unlike a batch's rows:
+    # the early windows alone certified it exact, and a cached verdict without the deep window is probed again
+    from skippy_tui.engine.invariance import DEEP, Invariance
+
+    params = LoadParams(n_ctx=1024, n_batch=64, n_ubatch=64, threads=THREADS, flash_attn="on", repack=False)
+    with Model(smollm2_f32, params) as model:
+        ctx = Context(model, params)
+        try:
+            stale = Invariance(None, 5, 0.0, (4, 60))
+            cache = tmp_path / "cache"
+            import skippy_tui.engine.invariance as inv_mod
+
+            inv = cached_probe(ctx, 5, params, cache)
+            assert DEEP in inv.windows and inv.rows is not None and inv.rows < 5, inv.label()
+            # an entry written before the deep window existed is not trusted
+            entry = next((cache / "invariance").glob("*.json"))
+            inv_mod.write_entry(entry, inv_mod.asdict(stale))
+            again = cached_probe(ctx, 5, params, cache)
+            assert DEEP in again.windows and again.rows == inv.rows
+            # with flash attention off nothing changes: two windows, exact
+            off = dataclasses.replace(params, flash_attn="off")
+        finally:
+            ctx.close()
+    with Model(smollm2_f32, off) as model:
+        ctx = Context(model, off)
+        try:
+            inv = cached_probe(ctx, 5, off, cache)
+            assert inv.rows is None and DEEP not in inv.windows, inv.label()
+        finally:
+            ctx.close()
 
 
 def test_the_build_under_test_can_verify_in_batches() -> None:

@@ -8,7 +8,8 @@ while SmolLM2 F32 stays identical at every size; another CPU may switch
 elsewhere. So instead of assuming, the engine measures: decode a short fixed
 text row by row, then as one batch of every size from 2 up, in two windows
 (early positions, and past position 64 where SIMD loop bounds and KV views
-have grown), and keep the largest size below the first that differs anywhere.
+have grown; a third from 512 KV cells when flash attention may be on), and
+keep the largest size below the first that differs anywhere.
 Sizes are not bisected: nothing promises that exactness is monotone in the
 size. At least 17 rows are probed, so k can be raised to 16 at run time and
 stay exact; at most 33, since every size costs a decode. Verification then
@@ -40,6 +41,12 @@ from .native_devices import backend_name, system_info
 _PROBE_TEXT = "The quick brown fox jumps over the lazy dog, then naps in the warm afternoon sun by the river. "
 _PREFIX = 4
 _LATE = 60  # the second window starts here and runs past position 64
+DEEP = 300
+"""Where a third window starts when the target's flash attention may be on. From position
+256 a decode attends over 512 KV cells (llama.cpp pads the view to 256), and there its CPU
+flash attention splits a one-row decode's keys across threads (a batch's never), so a row
+alone adds up in another order. SmolLM2 F32, rows alone vs in a batch of 5, Δlogit: 0.0
+at 100 and 250, 0.030 at 300, 0.062 at 520, 0.077 at 600; 0.0 everywhere with it off."""
 MIN_PROBED_ROWS = 17
 MAX_PROBED_ROWS = 33  # every size is probed, so the cost grows with its square
 
@@ -82,18 +89,32 @@ def probe_rows(k_max: int) -> int:
     return min(max(k_max + 1, MIN_PROBED_ROWS), MAX_PROBED_ROWS)
 
 
-def probe(ctx: Context, max_rows: int) -> Invariance:
+def _rows(ctx: Context, max_rows: int) -> int:
+    return max(1, min(max_rows, ctx.n_batch, ctx.n_ctx - _PREFIX))
+
+
+def _windows(ctx: Context, max_rows: int, deep: bool) -> list[int]:
+    """First positions of the probed windows (``max_rows`` as :func:`_rows` bounds it)."""
+    late = max(_LATE, _PREFIX + max_rows)
+    windows = [_PREFIX] + ([late] if late + max_rows <= ctx.n_ctx else [])
+    if deep and late < DEEP and DEEP + max_rows <= ctx.n_ctx:
+        windows.append(DEEP)
+    return windows
+
+
+def probe(ctx: Context, max_rows: int, deep: bool = False) -> Invariance:
     """Measure batch invariance on ``ctx`` (whose KV cache is cleared before and after).
 
     Costs up to ``2 × max_rows`` single decodes and ``2 × (max_rows - 1)``
-    batch decodes of a short text (a few seconds on a 2-core CPU).
+    batch decodes of a short text (a few seconds on a 2-core CPU). ``deep``: also
+    a window at :data:`DEEP` where the window holds it (flash attention not off:
+    about 240 more tokens of prefill and up to ``max_rows`` more of each decode).
 
     Raises:
         DecodeError, ContextFullError: from llama.cpp (the cache is cleared).
     """
-    max_rows = max(1, min(max_rows, ctx.n_batch, ctx.n_ctx - _PREFIX))
-    late = max(_LATE, _PREFIX + max_rows)
-    windows = [_PREFIX] + ([late] if late + max_rows <= ctx.n_ctx else [])
+    max_rows = _rows(ctx, max_rows)
+    windows = _windows(ctx, max_rows, deep)
     need = windows[-1] + max_rows
     model = ctx.model
     text = _PROBE_TEXT
@@ -188,8 +209,9 @@ def cached_probe(ctx: Context, max_rows: int, params: LoadParams, cache_dir: Pat
     if note:
         return Invariance(1, 0, 0.0, note=note)
     path = ctx.model.path
+    deep = params.flash_attn != "off"
     if cache_dir is None or not path.is_file():
-        return probe(ctx, max_rows)
+        return probe(ctx, max_rows, deep)
     numeric = (params.flash_attn, params.repack, params.cache_type_k, params.cache_type_v, params.n_gpu_layers,
                params.device, params.threads, params.threads_batch, ctx.n_ubatch, max_rows)  # fmt: skip
     entry = cache_dir / "invariance" / f"{file_key(path, system_info(), cpu_model(), numeric)}.json"
@@ -198,14 +220,17 @@ def cached_probe(ctx: Context, max_rows: int, params: LoadParams, cache_dir: Pat
         # the verdict is a property of the file, build and CPU; the timings were the machine's
         # state at probe time (a busy machine made them several times too slow), so a cached
         # result seeds no costs and auto measures afresh
-        return Invariance(
+        cached = Invariance(
             rows=data["rows"],
             probed=data["probed"],
             max_diff=data["max_diff"],
             windows=tuple(data["windows"]),
         )
+        # a verdict from before the deep window existed never looked where flash attention splits
+        if cached.rows == 1 or list(cached.windows) == _windows(ctx, _rows(ctx, max_rows), deep):
+            return cached
     except (ValueError, TypeError, KeyError, AttributeError):
         pass
-    result = probe(ctx, max_rows)
+    result = probe(ctx, max_rows, deep)
     write_entry(entry, asdict(result))
     return result
