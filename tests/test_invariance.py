@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from helpers import EXACT, THREADS
 
-from skippy_tui.engine.invariance import cached_probe, cpu_model, variant_build
+from skippy_tui.engine.invariance import DEEP, Invariance, cached_probe, cpu_model, variant_build
+from skippy_tui.engine.jsoncache import write_entry
 from skippy_tui.engine.native import Context, LoadParams, Model
 from skippy_tui.engine.native_devices import system_info
 
@@ -84,23 +85,20 @@ def test_default_target_probe_holds_at_every_scanned_position(smollm2_f32: Path,
 
 
 def test_flash_attention_on_the_target_is_probed_where_it_splits_a_row(smollm2_f32: Path, tmp_path: Path) -> None:
-    # with flash attention a one-row decode over 512 KV cells adds up unlike a batch's rows:
-    # the early windows alone certified it exact, and a cached verdict without the deep window is probed again
-    from skippy_tui.engine.invariance import DEEP, Invariance
-
+    # with flash attention a one-row decode from position 256 (a 512-cell KV view) adds up unlike a
+    # batch's rows: the early windows alone certified it exact; a cached verdict without the deep
+    # window is probed again
     params = LoadParams(n_ctx=1024, n_batch=64, n_ubatch=64, threads=THREADS, flash_attn="on", repack=False)
     with Model(smollm2_f32, params) as model:
         ctx = Context(model, params)
         try:
             stale = Invariance(None, 5, 0.0, (4, 60))
             cache = tmp_path / "cache"
-            import skippy_tui.engine.invariance as inv_mod
-
             inv = cached_probe(ctx, 5, params, cache)
             assert DEEP in inv.windows and inv.rows is not None and inv.rows < 5, inv.label()
             # an entry written before the deep window existed is not trusted
             entry = next((cache / "invariance").glob("*.json"))
-            inv_mod.write_entry(entry, inv_mod.asdict(stale))
+            write_entry(entry, dataclasses.asdict(stale))
             again = cached_probe(ctx, 5, params, cache)
             assert DEEP in again.windows and again.rows == inv.rows
             # with flash attention off nothing changes: two windows, exact
@@ -123,7 +121,7 @@ def test_the_build_under_test_can_verify_in_batches() -> None:
 
 
 def test_probe_size_is_bounded_and_exact_results_still_chunk() -> None:
-    from skippy_tui.engine.invariance import Invariance, probe_rows
+    from skippy_tui.engine.invariance import probe_rows
 
     assert [probe_rows(k) for k in (1, 16, 20, 32, 500)] == [17, 17, 21, 33, 33]
     assert Invariance(None, 33, 0.0).chunk == 33  # n_draft 500 verifies in chunks of 33

@@ -90,6 +90,7 @@ def probe_rows(k_max: int) -> int:
 
 
 def _rows(ctx: Context, max_rows: int) -> int:
+    """The largest batch probed: ``max_rows`` as the batch and the window (past the prefix) allow."""
     return max(1, min(max_rows, ctx.n_batch, ctx.n_ctx - _PREFIX))
 
 
