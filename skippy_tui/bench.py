@@ -324,7 +324,7 @@ def _meta(speculator: Any, spec: Any, gen: Any, prompts: Sequence[BenchPrompt], 
         "draft": Path(speculator.model_drafter.model.path).name if has_model else None,
         "draft_path": str(speculator.model_drafter.model.path) if has_model else None,
         "threads": _threads(spec.target.load.threads),
-        "n_ctx": speculator.target_cache.ctx.n_ctx,
+        "n_ctx": speculator.n_ctx,  # the configured window; the contexts grow to it
         "n_vocab": speculator.target.n_vocab,
         "greedy": gen.sampling.greedy,
         "max_tokens": gen.max_tokens,

@@ -55,7 +55,9 @@ def trace_line(ev: Any) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from .engine.chat import ChatTemplate, prompt_tokens
     from .engine.loader import load_speculator
+    from .engine.native import Model
 
     prompt = sys.stdin.buffer.read().decode("utf-8", "replace") if args.prompt == "-" else arg_text(args.prompt)
     if not prompt.strip():
@@ -64,7 +66,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     spec = cfg.engine_spec()
     gen = cfg.generation()
-    speculator = load_speculator(spec, stderr_progress())
+    messages = []
+    system = cfg.get("generation", "system_prompt")
+    if system:
+        messages.append({"role": "system", "content": arg_text(system)})
+    messages.append({"role": "user", "content": prompt})
+
+    def window(target: Model, template: ChatTemplate) -> int:
+        # one reply: the window need hold only its prompt and max_tokens (n_ctx stays the cap)
+        return len(prompt_tokens(target, template, messages)) + gen.max_tokens
+
+    speculator = load_speculator(spec, stderr_progress(), window=window)
     n_ctx = speculator.n_ctx
     if speculator.load_note:
         sys.stderr.write(f"note: {speculator.load_note}\n")
@@ -80,11 +92,6 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"verify: one batch, not checked for exactness ({why}): "
             "replies match plain decoding with the same seed only approximately\n"
         )
-    messages = []
-    system = cfg.get("generation", "system_prompt")
-    if system:
-        messages.append({"role": "system", "content": arg_text(system)})
-    messages.append({"role": "user", "content": prompt})
     cancel = threading.Event()
     finish = None
     out = sys.stdout

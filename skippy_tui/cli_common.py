@@ -63,7 +63,12 @@ def add_model_flags(p: argparse.ArgumentParser, sub: bool = False) -> None:
     g.add_argument("--target", type=path_arg, metavar="PATH", help="target model GGUF")
     g.add_argument("--draft", type=path_arg, metavar="PATH", help="draft model GGUF")
     g.add_argument("--no-draft", action="store_true", help="plain decoding, no draft model")
-    g.add_argument("--n-ctx", type=_positive_int, metavar="N", help="context window (tokens)")
+    g.add_argument(
+        "--n-ctx",
+        type=_positive_int,
+        metavar="N",
+        help="context window (tokens; run sizes it to the prompt + --max-tokens, up to this)",
+    )
     g.add_argument("--n-gpu-layers", type=_positive_int, metavar="N", help="layers to offload (-1 = all)")
     g.add_argument("--device", metavar="NAME", help="backend device, e.g. CUDA0")
     g.add_argument(

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from skippy_tui.engine.events import Event, ReplyFinished, ReplyStarted, StepVerified
-from skippy_tui.engine.loader import EngineSpec, load_speculator
+from skippy_tui.engine.loader import EngineSpec, Window, load_speculator
 from skippy_tui.engine.native import LoadParams
 from skippy_tui.engine.settings import ModelSpec, SpeculationSettings
 from skippy_tui.engine.speculator import Speculator
@@ -43,6 +43,7 @@ def load(
     n_draft: int = 4,
     n_ctx: int = 1024,
     load_params: dict | None = None,
+    window: Window | None = None,
     **spec: object,
 ) -> Speculator:
     lp = LoadParams(
@@ -55,7 +56,8 @@ def load(
             speculation=SpeculationSettings(enabled=draft is not None, n_draft=n_draft, **spec),  # type: ignore[arg-type]
             cache_dir=cache_dir,
             use_draft=draft is not None,
-        )
+        ),
+        window=window,
     )
     return track(s)
 

@@ -14,8 +14,8 @@ off, so llama-bench gets ``-fa off`` (its own default is ``auto``, i.e. on for a
 CPU); ``--profile fast`` gets ``-fa on``. Both decode at the same positions:
 our reply's first step follows the prompt's prefill, so llama-bench gets that
 many tokens of depth (``-d``, prefilled outside its timing; ``--depth 0`` for
-its plain ``tgN``). llama-bench's context holds only those tokens; ours is the
-configured window (4096 by default), so ``--n-ctx`` is offered too.
+its plain ``tgN``). llama-bench's context holds only those tokens; ``run`` sizes
+its own to the prompt plus ``--max-tokens`` (at least 512; ``--n-ctx`` caps it).
 
     python tools/plain_compare.py                       # 10 rounds, 200 tokens
     python tools/plain_compare.py --rounds 15 --profile fast
@@ -111,7 +111,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=200, help="tokens decoded per run (default 200)")
     ap.add_argument("--threads", type=int, default=min(os.cpu_count() or 1, 4), help="threads (default min(CPUs, 4))")
     ap.add_argument("--profile", choices=("exact", "fast"), default="exact", help="our profile; FA follows it")
-    ap.add_argument("--n-ctx", type=int, default=0, help="our context window (default: the configured one)")
+    ap.add_argument("--n-ctx", type=int, default=0, help="our largest context window (default: the configured one)")
     ap.add_argument("--llama-bench", help="the llama-bench binary (default: native-compare.sh's build)")
     ap.add_argument("--depth", type=int, help="llama-bench's depth in tokens (default: our prompt's prefill)")
     args = ap.parse_args()

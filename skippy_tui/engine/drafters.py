@@ -92,9 +92,9 @@ class ModelDrafter:
 
     source = "model"
 
-    def __init__(self, model: Model, ctx: Context) -> None:
+    def __init__(self, model: Model, ctx: Context, n_ctx_max: int | None = None) -> None:
         self.model = model
-        self.cache = KvCache(ctx)
+        self.cache = KvCache(ctx, n_ctx_max)  # n_ctx_max: the window it may grow to (tokens)
         # ids the target has: a draft vocabulary may be larger (compat allows a few extra ids)
         self.vocab_limit = model.n_vocab
 

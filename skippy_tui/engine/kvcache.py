@@ -13,14 +13,32 @@ from collections.abc import Callable, Sequence
 from .events import SyncInfo
 from .native import Context
 from .sync import AlreadySynced, DraftSyncState, Extend, Reset, Truncate
+from .window import grown, padded
 
 
 class KvCache:
     """One sequence's KV cache and its :class:`DraftSyncState`."""
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, n_ctx_max: int | None = None) -> None:
         self.ctx = ctx
         self.state = DraftSyncState()
+        # the window :meth:`fit` may grow to (tokens; the configured n_ctx, padded)
+        self.n_ctx_max = max(n_ctx_max or 0, ctx.n_ctx)
+
+    def fit(self, need: int) -> None:
+        """Make the window hold ``need`` tokens, up to :attr:`n_ctx_max`: a new context,
+        at least twice as large (a long chat moves a few times), holding the same cells
+        (same bookkeeping); the old one is freed. See :mod:`.window`.
+
+        Raises:
+            ModelFileError, DecodeError: as :func:`.window.grown`; nothing changed.
+        """
+        have = self.ctx.n_ctx
+        if need <= have or have >= self.n_ctx_max:
+            return
+        new = grown(self.ctx, min(self.n_ctx_max, max(padded(need), 2 * have)))
+        self.ctx.close()
+        self.ctx = new
 
     @property
     def n_past(self) -> int:

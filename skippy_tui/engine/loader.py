@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import rpc
 from .bounds import ContextCapacity, validate_capacity
-from .chat import template_for
+from .chat import ChatTemplate, template_for
 from .compat import check_compatible
 from .defaults import default_pair
 from .drafters import ModelDrafter
@@ -26,9 +26,13 @@ from .repack import repack_crash
 from .settings import ModelSpec, SpeculationSettings, validate_load_params
 from .speculator import Speculator
 from .threads import thread_wait_note
+from .window import INITIAL, fitted, grows, padded
 
 Progress = Callable[[str, float], None]
 """``progress(stage, fraction)``: stage is a short human phrase, fraction in [0, 1]."""
+
+Window = Callable[[Model, ChatTemplate], int]
+"""``window(target, template)``: tokens one reply needs (its prompt's plus the reply cap)."""
 
 
 @dataclass(frozen=True)
@@ -134,8 +138,19 @@ def check_capacity(spec: EngineSpec, k: int, with_draft: bool) -> None:
     validate_capacity(ContextCapacity("target", t.n_batch, t.n_ubatch), draft, k)
 
 
-def load_speculator(spec: EngineSpec, progress: Progress = _noop, cancelled: Callable[[], bool] = _never) -> Speculator:
+def load_speculator(
+    spec: EngineSpec,
+    progress: Progress = _noop,
+    cancelled: Callable[[], bool] = _never,
+    window: Window | None = None,
+) -> Speculator:
     """Check, then load the target (and draft) and return a ready :class:`Speculator`.
+
+    The contexts start with a window of :data:`.window.INITIAL` tokens where
+    :func:`.window.grows` (else ``n_ctx``), or ``window``'s for a caller that
+    knows its first reply (``skippy-tui run``: its prompt plus ``max_tokens``),
+    and grow to ``n_ctx`` as replies need (see :mod:`.window`: a smaller window
+    makes every step faster; replies are the same).
 
     ``cancelled`` is polled between stages and, through llama.cpp's progress
     callback, while each model's tensors load (many times a second), so a quit
@@ -146,6 +161,7 @@ def load_speculator(spec: EngineSpec, progress: Progress = _noop, cancelled: Cal
         BoundsError, ModelFileError, IncompatibleModelsError: nothing is left
             allocated when one is raised.
         CancelledError: ``cancelled()`` became true; nothing is left allocated.
+        SkippyError: ``window`` could not render the prompt; nothing is left allocated.
     """
 
     def checkpoint() -> None:
@@ -175,21 +191,24 @@ def load_speculator(spec: EngineSpec, progress: Progress = _noop, cancelled: Cal
         t_model = load_model(target_path, spec.target.load, f"loading target {t_info.label}")
         owned.append(t_model)
         checkpoint()
-        t_ctx = Context(t_model, spec.target.load)
+        template = template_for(t_model, t_info.chat_template, t_info.architecture, spec.target.chat_template)
+        t_load = spec.target.load
+        d_load = spec.draft.load if spec.draft is not None else t_load
+        need = window(t_model, template) if window is not None else INITIAL if grows(t_load) else t_load.n_ctx
+        t_window, d_window = (fitted(need, p.n_ctx, p.n_batch) for p in (t_load, d_load))
+        t_ctx = Context(t_model, dataclasses.replace(t_load, n_ctx=t_window))
         owned.append(t_ctx)
         drafter = None
         if draft_path is not None and d_info is not None:
-            d_load = spec.draft.load if spec.draft is not None else spec.target.load
             d_model = load_model(draft_path, d_load, f"loading draft {d_info.label}")
             owned.append(d_model)
             checkpoint()
-            d_ctx = Context(d_model, d_load)
+            d_ctx = Context(d_model, dataclasses.replace(d_load, n_ctx=d_window))
             owned.append(d_ctx)
-            drafter = ModelDrafter(d_model, d_ctx)
+            drafter = ModelDrafter(d_model, d_ctx, padded(d_load.n_ctx))
         progress("warming up", 0.0)
         for ctx in (o for o in owned if isinstance(o, Context)):
             ctx.warm_up()
-        template = template_for(t_model, t_info.chat_template, t_info.architecture, spec.target.chat_template)
         speculation = spec.speculation
         if drafter is None and speculation.enabled and speculation.source == "model":
             speculation = dataclasses.replace(speculation, enabled=False)
@@ -200,16 +219,18 @@ def load_speculator(spec: EngineSpec, progress: Progress = _noop, cancelled: Cal
         for obj in reversed(owned):
             obj.close()
         raise
-    speculator = Speculator(t_model, t_ctx, template, drafter, speculation, t_info, d_info)
+    n_ctx = t_load.n_ctx
+    speculator = Speculator(t_model, t_ctx, template, drafter, speculation, t_info, d_info, padded(n_ctx))
     speculator.no_rollback = no_rollback
-    if speculator.n_ctx != spec.target.load.n_ctx:  # llama.cpp pads the KV cache
-        notes.append(f"llama.cpp rounded n_ctx {spec.target.load.n_ctx} to {speculator.n_ctx} tokens")
+    if speculator.n_ctx != n_ctx:  # llama.cpp pads the KV cache
+        notes.append(f"llama.cpp rounded n_ctx {n_ctx} to {speculator.n_ctx} tokens")
     if slow := thread_wait_note():
         notes.append(slow)
     speculator.load_note = "; ".join(notes)
     if spec.speculation.exact:
-        rows, load, cache = probe_rows(spec.speculation.k_limit), spec.target.load, spec.cache_dir
-        speculator.exactness_probe = lambda: cached_probe(t_ctx, rows, load, cache)
+        rows, load, cache = probe_rows(spec.speculation.k_limit), t_load, spec.cache_dir
+        # the context at probe time: the window may have grown into a new one since load
+        speculator.exactness_probe = lambda: cached_probe(speculator.target_cache.ctx, rows, load, cache)
         if speculation.enabled:
             progress("measuring batch invariance", 0.0)
             try:

@@ -343,6 +343,7 @@ class Context:
 
     def __init__(self, model: Model, params: LoadParams) -> None:
         self.model = model
+        self.params = params  # as asked; n_ctx, n_batch and n_ubatch below are what llama.cpp gave
         cp = _L.llama_context_default_params()
         # llama.cpp's own default is 4 threads, which oversubscribes small machines
         threads = params.threads if params.threads > 0 else default_threads()

@@ -89,6 +89,7 @@ class Speculator:
         speculation: SpeculationSettings | None = None,
         target_info: ModelInfo | None = None,
         draft_info: ModelInfo | None = None,
+        n_ctx: int | None = None,
     ) -> None:
         self.target = target
         # largest verify batch that decodes bit-identically to plain decoding (None = any)
@@ -96,7 +97,8 @@ class Speculator:
         self.invariance: Invariance | None = None
         self.target_info = target_info
         self.draft_info = draft_info
-        self.target_cache = KvCache(target_ctx)
+        # n_ctx: the configured window (tokens), which the context grows to as replies need
+        self.target_cache = KvCache(target_ctx, n_ctx)
         self.template = template
         self.speculation = speculation or SpeculationSettings(enabled=drafter is not None)
         # a ModelDrafter is kept aside so the draft source can change at runtime;
@@ -294,7 +296,21 @@ class Speculator:
 
     @property
     def n_ctx(self) -> int:
-        return self.target_cache.ctx.n_ctx
+        """The context window in tokens (configured, padded). The contexts hold what
+        the chat has needed so far and grow to it (:meth:`fit_window`)."""
+        return self.target_cache.n_ctx_max
+
+    def fit_window(self, need: int) -> None:
+        """Grow the target's and the draft model's windows so ``need`` tokens (prompt
+        plus reply cap) fit, up to their configured ``n_ctx`` (:meth:`.KvCache.fit`).
+
+        Raises:
+            ModelFileError, DecodeError: a context could not grow (it is unchanged).
+        """
+        self.target_cache.fit(need)
+        cache = getattr(self.model_drafter or self.drafter, "cache", None)
+        if cache is not None:
+            cache.fit(need)
 
     @property
     def n_past(self) -> int:
@@ -344,6 +360,7 @@ class Speculator:
         try:
             self.ensure_exact()
             validate_prompt_len(len(context))
+            self.fit_window(len(context) + gen.max_tokens)
             if not context:
                 raise SkippyError("empty prompt: nothing to decode from")
             if len(context) > self.n_ctx:
