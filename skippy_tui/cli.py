@@ -72,9 +72,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         messages.append({"role": "system", "content": arg_text(system)})
     messages.append({"role": "user", "content": prompt})
 
+    tokens: list[int] = []
+
     def window(target: Model, template: ChatTemplate) -> int:
-        # one reply: the window need hold only its prompt and max_tokens (n_ctx stays the cap)
-        return len(prompt_tokens(target, template, messages)) + gen.max_tokens
+        # one reply: the window need hold only its prompt and max_tokens (n_ctx stays the cap);
+        # the prompt is rendered and tokenized here once, and generated from below
+        tokens.extend(prompt_tokens(target, template, messages))
+        return len(tokens) + gen.max_tokens
 
     speculator = load_speculator(spec, stderr_progress(), window=window)
     n_ctx = speculator.n_ctx
@@ -97,7 +101,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = sys.stdout
     try:
         with sigint_scope():  # one SIGINT handler for the reply, not two sigactions per decode
-            for ev in speculator.run(messages, gen, cancel):
+            for ev in speculator.generate(tokens, gen, cancel):
                 if args.json:
                     out.write(json.dumps(ev.to_dict(), ensure_ascii=False) + "\n")
                     out.flush()

@@ -383,7 +383,7 @@ def status_label(models: Iterable[Any]) -> str:
 
 
 def _models(speculator: Any) -> list[Any]:
-    cache = getattr(speculator.model_drafter or speculator.drafter, "cache", None)
+    cache = speculator.draft_cache
     return [speculator.target] + ([cache.ctx.model] if cache is not None else [])
 
 

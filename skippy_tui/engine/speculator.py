@@ -276,7 +276,7 @@ class Speculator:
 
     def close(self) -> None:
         """Free both contexts and models (contexts first: they borrow the models)."""
-        cache = getattr(self.model_drafter or self.drafter, "cache", None)
+        cache = self.draft_cache
         if cache is not None:
             cache.ctx.close()
             cache.ctx.model.close()
@@ -290,9 +290,14 @@ class Speculator:
     def _set_abort(self, flag: bool) -> None:
         # both contexts: a flag left set on the draft would fail every later reply
         self.target_cache.ctx.set_abort(flag)
-        cache = getattr(self.model_drafter or self.drafter, "cache", None)
+        cache = self.draft_cache
         if cache is not None:
             cache.ctx.set_abort(flag)
+
+    @property
+    def draft_cache(self) -> KvCache | None:
+        """The draft model's KV cache (None without a draft model)."""
+        return getattr(self.model_drafter or self.drafter, "cache", None)
 
     @property
     def n_ctx(self) -> int:
@@ -308,9 +313,8 @@ class Speculator:
             ModelFileError, DecodeError: a context could not grow (it is unchanged).
         """
         self.target_cache.fit(need)
-        cache = getattr(self.model_drafter or self.drafter, "cache", None)
-        if cache is not None:
-            cache.fit(need)
+        if self.draft_cache is not None:
+            self.draft_cache.fit(need)
 
     @property
     def n_past(self) -> int:
