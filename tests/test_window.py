@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -108,3 +109,23 @@ def test_a_known_reply_gets_a_window_of_its_size(smollm2_f32: Path, smollm2_q4_1
         assert s.target_cache.ctx.n_ctx == 768
     finally:
         s.close()
+
+
+def test_the_window_size_changes_no_logit(smollm2_f32: Path) -> None:
+    """A reply runs in a window sized to it (512 cells for `run`'s short ones) where the
+    configured one is 4096: the same decodes in both, logits bit for bit (a decode
+    attends over the used cells padded to 256, whatever the window)."""
+    lp = LoadParams(n_ctx=4096, n_batch=512, n_ubatch=512, threads=THREADS, **EXACT)
+    with Model(smollm2_f32, lp) as m:
+        tokens = m.tokenize(LONG, add_special=False)[:300]
+        small, large = Context(m, dataclasses.replace(lp, n_ctx=512)), Context(m, lp)
+        try:
+            assert (small.n_ctx, large.n_ctx) == (512, 4096)
+            for ctx in (small, large):
+                ctx.prefill(tokens[:40], 0)
+            for i in range(40, 300):  # across a 256-cell boundary
+                a, b = small.decode([tokens[i]], i, 1)[0], large.decode([tokens[i]], i, 1)[0]
+                assert np.array_equal(a, b), (i, float(np.abs(a - b).max()))
+        finally:
+            small.close()
+            large.close()
