@@ -47,7 +47,10 @@ charged, and it waits until its expected extra cost fits :data:`PROBE_BUDGET`
 of the streak's time, so near break-even, where it would cost more than it can
 find, it stops (a new reply starts with the draft synced and, where plain decoding is
 the verdict, probes at once: :meth:`AdaptiveK.new_reply`). A probe whose own step beat
-plain decoding's expected rate leaves the draft synced: the next step probes again.
+plain decoding's expected rate (its catch-up aside) leaves the draft synced: the next step
+probes again, twice as long when it was taken whole. The warm-up's two steps count as
+such probes, so a draft that is right from the start is not left to the prior-heavy counts
+of two steps and a probe a streak later.
 
 The policy is pure Python (no model, no clock): feed it :meth:`AdaptiveK.observe`
 and ask :meth:`AdaptiveK.choose`, which makes it table-testable with synthetic
@@ -171,6 +174,8 @@ class AdaptiveK:
         # verdict, and whether that probe's own step beat it (see choose: probes in a row)
         self._probe_plain: float | None = None
         self._probe_won = False
+        self._probe_whole = False  # ... and took every token it proposed (the next probe goes 2x longer)
+        self._probe_k = 0
         self._last_best: int | None = None
         self._prev_k = 0
         self._spec_steps = 0  # drafted steps judged: the acceptance's evidence (trust)
@@ -230,7 +235,12 @@ class AdaptiveK:
         """
         ms = step_ms if step_ms is not None else sync_ms + draft_ms + verify_ms + rollback_ms
         plain, self._probe_plain = self._probe_plain, None
-        self._probe_won = k > 0 and plain is not None and ms > 0 and 1000.0 * (n_accepted + 1) / ms > plain
+        # a probe is judged without its catch-up: that was the plain streak's debt, and the
+        # probe that follows a won one starts synced and does not pay it again
+        judged = ms - sync_ms if sync_tokens is not None and sync_tokens > 1 else ms
+        self._probe_won = k > 0 and plain is not None and judged > 0 and 1000.0 * (n_accepted + 1) / judged > plain
+        self._probe_whole = self._probe_won and n_accepted >= k
+        self._probe_k = k
         batch = n_proposed + 1
         # only a size measured before says how fast the machine runs now: an interpolated or
         # extrapolated one is off by the table's shape (the prior slope), and that error,
@@ -463,6 +473,11 @@ class AdaptiveK:
         if self.verify.count(1) == 0:
             return 0, "auto: measuring plain step"
         if self._cost_steps < 2:
+            # the warm-up's steps are probes against the plain step just measured: one that
+            # wins starts a chain of probes (below) before the counts, mostly prior after
+            # two steps, can say a draft pays
+            f = self.slowdown
+            self._probe_plain = 1000.0 / ((self.verify.at(1) or 0.0) + (self.overhead.value or 0.0)) / f
             return min(self.warmup_k, k_max), "auto: measuring draft"
         rates = rates if rates is not None else self.rates(k_max, behind)
         assert rates is not None
@@ -486,8 +501,13 @@ class AdaptiveK:
         if best == 0 and self._probe_won and behind <= 1 and k_max >= 1 and self._since_probe < self._interval:
             # the last probe's own step beat plain decoding's expected rate and left the draft
             # synced: the next probe pays no catch-up, and a run of them learns a text the
-            # draft suits (a new reply's, see new_reply) where the counts are the last text's
+            # draft suits (a new reply's, see new_reply) where the counts are the last text's.
+            # A probe taken whole says nothing of the positions past it, where a draft that
+            # costs over half a plain step must be right to pay (k = 1 or 2 cannot win there
+            # at any acceptance): the next one doubles its k, to learn them.
             probe = best_k(rates[1:]) + 1
+            if self._probe_whole:
+                probe = max(probe, min(k_max, 2 * self._probe_k))
             self._since_probe, self._probe_plain = 0, rates[0]
             return probe, f"auto: probe k={probe} est {rates[probe]:.1f} tok/s (best k=0 {rates[0]:.1f}; the last won)"
         if self._since_probe >= self._interval and k_max >= 1:
