@@ -141,6 +141,11 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
         help=f"also run the default configuration a second time ('{CONTROL}', its own learned state): "
         "its ratio to the default shows how far this machine's noise alone moves two equal methods",
     )  # fmt: skip
+    b.add_argument(
+        "--fresh", action="store_true", default=False,
+        help="every reply starts with no learned adaptive state, as a new `run` or session's first reply "
+        "(default: each method keeps its own across its replies, as a session does)",
+    )  # fmt: skip
     b.add_argument("--json", action="store_true", default=False, help="print the report as JSON on stdout")
     b.add_argument("--save", type=path_arg, default=None, metavar="FILE", help="also write the JSON report to FILE")
     b.add_argument("--no-progress", action="store_true", default=False, help="no progress bar on stderr")
@@ -222,6 +227,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 report = head | _bench_report(args, speculator, gen, prompts, ks, samplers, base_seed, system)
         report["meta"] = _meta(speculator, spec, gen, prompts, ks) | {
             "repeats": 1 if args.identity else args.repeats,
+            "fresh": bool(getattr(args, "fresh", False)),
             "methods": report.pop("methods", []),
             "seconds": round(time.perf_counter() - t0, 1),
             "loadavg_1min": [load_before, _loadavg()],
@@ -269,7 +275,16 @@ def _bench_report(
     progress = Progress(total, enabled=not args.no_progress)
     try:
         cells = run_bench(
-            speculator, gen, prompts, methods, args.repeats, not args.no_warmup, progress, system, base_seed
+            speculator,
+            gen,
+            prompts,
+            methods,
+            args.repeats,
+            not args.no_warmup,
+            progress,
+            system,
+            base_seed,
+            fresh=getattr(args, "fresh", False),
         )
         greedy_ref = (
             run_greedy_reference(speculator, gen, prompts, acceptance_k(ks), progress, system) if reference else None

@@ -61,7 +61,8 @@ def render_text(report: dict[str, Any]) -> str:
     lines = [
         f"skippy-tui bench — target {meta['target']}, draft {meta['draft'] or 'none'}",
         f"{meta['threads']} threads, {_sampling_label(report)}, max {meta['max_tokens']} tokens "
-        f"(long-form x2), median of {meta['repeats']} repeat(s), n_draft_max {meta['n_draft_max']}",
+        f"(long-form x2), median of {meta['repeats']} repeat(s), n_draft_max {meta['n_draft_max']}"
+        + (", every reply from a fresh adaptive state" if meta.get("fresh") else ""),
     ]
     load = meta.get("loadavg_1min")
     if load and None not in load:

@@ -34,6 +34,7 @@ def run_bench(
     progress: Progress | None = None,
     system: str = "",
     base_seed: int = 0,
+    fresh: bool = False,
 ) -> dict[str, dict[str, Cell]]:
     """Every method on every prompt, ``repeats`` times; returns ``cells[prompt][method]``.
 
@@ -41,12 +42,14 @@ def run_bench(
     so sampled replies are comparable token for token with plain's. Each method
     keeps its own adaptive state (:meth:`Speculator.learned`): ``auto`` and the
     default learn only from their own replies, not from the fixed-k runs between.
+    ``fresh``: every reply starts from no adaptive state instead (the verify costs
+    the load measured aside), as a new ``run`` or a new session's first reply does.
     """
     cells: dict[str, dict[str, Cell]] = {p.name: {m.name: Cell() for m in methods} for p in prompts}
     learned: dict[str, object | None] = {m.name: None for m in methods}
 
     def use(m: Method) -> None:
-        speculator.restore_learned(learned[m.name])
+        speculator.restore_learned(None if fresh else learned[m.name])
         speculator.update(**m.settings)
 
     def keep(m: Method) -> None:

@@ -289,6 +289,16 @@ def test_each_method_learns_only_from_its_own_replies():
         per_method[key] = len(seen) + 1
 
 
+def test_fresh_replies_learn_nothing_from_earlier_ones():
+    """`bench --fresh`: every reply starts as a new `run` or session's first one does."""
+    fake = FakeSpeculator()
+    gen = GenerationSettings(SamplingParams(temperature=0.0), max_tokens=4)
+    methods = methods_for((2,), False, ("coupled",))
+    run_bench(fake, gen, SUITE[:2], methods, 2, warmup=True, fresh=True)
+    assert len(fake.seen) == len(methods) * (1 + 2 * 2)
+    assert all(seen == [] for _, seen in fake.seen)
+
+
 def test_identity_grid_runs_every_case_with_the_prompts_seed():
     fake = FakeSpeculator()
     gen = GenerationSettings(SamplingParams(temperature=0.8), max_tokens=4)
