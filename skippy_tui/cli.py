@@ -16,6 +16,7 @@ from typing import Any
 
 from . import __version__
 from .bench import add_bench_parser
+from .bench_core import messages_for
 from .cli_common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -66,11 +67,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     spec = cfg.engine_spec()
     gen = cfg.generation()
-    messages = []
     system = cfg.get("generation", "system_prompt")
-    if system:
-        messages.append({"role": "system", "content": arg_text(system)})
-    messages.append({"role": "user", "content": prompt})
+    messages = messages_for(prompt, arg_text(system) if system else "")
 
     tokens: list[int] = []
 

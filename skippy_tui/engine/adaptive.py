@@ -71,7 +71,7 @@ from .acceptance_counts import (
     run_lengths,
     smoothed,
 )
-from .cost_model import Costs, best_k, expected_rates, expected_steps, expected_tokens
+from .cost_model import Costs, best_k, expected_rates, expected_step_ms, expected_steps, expected_tokens
 from .measurements import Recent, VerifyCosts
 
 CLOSE = 0.9
@@ -174,8 +174,7 @@ class AdaptiveK:
         # verdict, and whether that probe's own step beat it (see choose: probes in a row)
         self._probe_plain: float | None = None
         self._probe_won = False
-        self._probe_whole = False  # ... and took every token it proposed (the next probe goes 2x longer)
-        self._probe_k = 0
+        self._probe_min_k = 0  # ... and the next such probe's least k: twice one taken whole
         self._last_best: int | None = None
         self._prev_k = 0
         self._spec_steps = 0  # drafted steps judged: the acceptance's evidence (trust)
@@ -235,12 +234,12 @@ class AdaptiveK:
         """
         ms = step_ms if step_ms is not None else sync_ms + draft_ms + verify_ms + rollback_ms
         plain, self._probe_plain = self._probe_plain, None
+        catch_up = sync_tokens is not None and sync_tokens > 1  # after steps this source did not draft
         # a probe is judged without its catch-up: that was the plain streak's debt, and the
         # probe that follows a won one starts synced and does not pay it again
-        judged = ms - sync_ms if sync_tokens is not None and sync_tokens > 1 else ms
+        judged = ms - sync_ms if catch_up else ms
         self._probe_won = k > 0 and plain is not None and judged > 0 and 1000.0 * (n_accepted + 1) / judged > plain
-        self._probe_whole = self._probe_won and n_accepted >= k
-        self._probe_k = k
+        self._probe_min_k = 2 * k if self._probe_won and n_accepted >= k else 0
         batch = n_proposed + 1
         # only a size measured before says how fast the machine runs now: an interpolated or
         # extrapolated one is off by the table's shape (the prior slope), and that error,
@@ -274,7 +273,7 @@ class AdaptiveK:
                     self.draft_next.add(sum(draft_calls_ms[1:]) / (len(draft_calls_ms) - 1) / f)
             if sync_tokens:
                 self.prefill.add(sync_tokens, sync_ms / f)
-            if sync_tokens is not None and sync_tokens > 1:  # a catch-up: the last streak ended
+            if catch_up:  # the last streak ended
                 if self._streak:
                     self.streaks.add(self._streak)
                 self._streak = 0
@@ -477,7 +476,8 @@ class AdaptiveK:
             # wins starts a chain of probes (below) before the counts, mostly prior after
             # two steps, can say a draft pays
             f = self.slowdown
-            self._probe_plain = 1000.0 / ((self.verify.at(1) or 0.0) + (self.overhead.value or 0.0)) / f
+            plain = Costs([(self.verify.at(1) or 0.0) * f], 0.0, overhead=(self.overhead.value or 0.0) * f)
+            self._probe_plain = 1000.0 / expected_step_ms(0, plain)
             return min(self.warmup_k, k_max), "auto: measuring draft"
         rates = rates if rates is not None else self.rates(k_max, behind)
         assert rates is not None
@@ -505,9 +505,7 @@ class AdaptiveK:
             # A probe taken whole says nothing of the positions past it, where a draft that
             # costs over half a plain step must be right to pay (k = 1 or 2 cannot win there
             # at any acceptance): the next one doubles its k, to learn them.
-            probe = best_k(rates[1:]) + 1
-            if self._probe_whole:
-                probe = max(probe, min(k_max, 2 * self._probe_k))
+            probe = max(best_k(rates[1:]) + 1, min(k_max, self._probe_min_k))
             self._since_probe, self._probe_plain = 0, rates[0]
             return probe, f"auto: probe k={probe} est {rates[probe]:.1f} tok/s (best k=0 {rates[0]:.1f}; the last won)"
         if self._since_probe >= self._interval and k_max >= 1:
