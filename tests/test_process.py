@@ -179,6 +179,21 @@ def test_a_reply_in_the_child_equals_the_reply_in_process(
         assert max(gaps[3:6]) >= before + 0.15, (before, gaps[3:6])  # one step in flight, then the pause
         assert not proxy._ui_input.is_set()
 
+        # cancelled while the consumer lags: the child says when it heard the cancel, and at
+        # most the step then in flight follows; what was sent before is the consumer's backlog
+        proxy.forget()
+        events = []
+        story = [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}]
+        for ev in proxy.run(story, GenerationSettings(max_tokens=400)):
+            events.append(ev)
+            if sum(isinstance(e, StepVerified) for e in events) == 2 and proxy.cancel_heard is None:
+                time.sleep(0.3)  # the child runs on meanwhile
+                proxy.cancel_reply()
+        steps = sum(isinstance(e, StepVerified) for e in events)
+        assert events[-1].reason == "cancelled" and proxy.cancel_heard is not None
+        rid, heard_at = proxy.cancel_heard
+        assert rid == proxy._rid and 2 <= heard_at <= steps <= heard_at + 1, (steps, proxy.cancel_heard)
+
         # killed mid-reply
         def kill() -> None:
             time.sleep(0.3)

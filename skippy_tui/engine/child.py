@@ -88,10 +88,10 @@ class EngineChild:
                         self.reply[1].sampling = msg[2]
                 elif kind == "cancel":
                     if self.reply is not None and self.reply[0] == msg[1]:
-                        self.reply[2].set()
+                        self.cancel_reply()
                 elif kind == "abort":
                     if self.reply is not None:
-                        self.reply[2].set()
+                        self.cancel_reply()
                     if self.spec is not None:
                         self.spec.abort()
                 elif kind == "cancel_load":
@@ -104,6 +104,17 @@ class EngineChild:
                     self.jobs.put(msg)
         except (EOFError, OSError):  # the app is gone: so is this process
             os._exit(0)
+
+    def cancel_reply(self) -> None:
+        """Cancel the reply in flight (the engine stops before its next step) and say so
+        once: events the parent reads after ``cancel_heard`` were made after the cancel
+        arrived, so it can tell the engine's lag from its own relay's."""
+        if self.reply is None:
+            return
+        rid, _, cancel = self.reply
+        if not cancel.is_set():
+            cancel.set()
+            self.send("cancel_heard", rid)
 
     def update(self, request: int, changes: dict[str, Any]) -> None:
         self.loaded.wait()

@@ -81,6 +81,11 @@ class ProcessSpeculator:
         self._rid = 0
         self._closing = False
         self.exited = ""  # why the child ended, once it has
+        self._steps_read = (0, 0)  # (reply id, StepVerified events read from the pipe for it)
+        # (reply id, steps of it the child had sent) when the child last heard a cancel: the
+        # steps it sends after that are the engine's lag (at most the one in flight); the rest
+        # of what reaches run's consumer after it cancelled is the relay's backlog
+        self.cancel_heard: tuple[int, int] | None = None
         self.target_info, self.draft_info = static.target_info, static.draft_info
         self.n_ctx, self.no_rollback, self.load_note = static.n_ctx, static.no_rollback, static.load_note
         self.backend = static.backend
@@ -137,7 +142,14 @@ class ProcessSpeculator:
                 msg = self._conn.recv()
                 kind = msg[0]
                 if kind == "event":
+                    rid, steps = self._steps_read
+                    if msg[1] != rid:
+                        rid, steps = msg[1], 0
+                    self._steps_read = (rid, steps + isinstance(msg[2], StepVerified))
                     self._events.put((msg[1], msg[2]))
+                elif kind == "cancel_heard":
+                    rid, steps = self._steps_read
+                    self.cancel_heard = (msg[1], steps if rid == msg[1] else 0)
                 elif kind == "state":
                     self._apply(msg[1])
                 elif kind == "updated":
@@ -214,6 +226,7 @@ class ProcessSpeculator:
         sampling = gen.sampling
         self._send("run", rid, [dict(m) for m in messages], gen.max_tokens, tuple(gen.stop), sampling)
         cancelled_at: float | None = None
+        finished = False
         seen: list[Event] = []
         try:
             while True:
@@ -240,11 +253,12 @@ class ProcessSpeculator:
                 if item[0] != rid:  # an older reply's last events
                     continue
                 seen.append(item[1])
+                finished = isinstance(item[1], ReplyFinished)
                 yield item[1]
-                if isinstance(item[1], ReplyFinished):
+                if finished:
                     return
         finally:
-            if cancelled_at is None:  # left early (the consumer stopped): the child stops too
+            if cancelled_at is None and not finished:  # left early (the consumer stopped): the child stops too
                 self._send("cancel", rid)
 
     def close(self) -> None:

@@ -393,7 +393,13 @@ def test_quit_mid_stream_ends_the_reply_within_a_step() -> None:
         run(body())
         fin = events[-1]
         assert isinstance(fin, ReplyFinished) and fin.reason == "cancelled", fin
-        assert sum(isinstance(e, StepVerified) for e in late) <= 1, "the engine went on past the step in flight"
+        heard = getattr(app.speculator, "cancel_heard", None)
+        if getattr(app.speculator, "separate_process", False):  # what reaches the relay late may be its own backlog
+            assert heard is not None, "the engine process never heard the cancel"
+            steps = sum(isinstance(e, StepVerified) for e in events)
+            assert steps - heard[1] <= 1, f"the engine went on past the step in flight: {steps} steps, heard at {heard}"
+        else:  # in process the engine's events reach the relay as they are made
+            assert sum(isinstance(e, StepVerified) for e in late) <= 1, "the engine went on past the step in flight"
         assert app._cancel.is_set()
     finally:
         if ended.is_set():  # never free the models under a running engine thread
