@@ -227,7 +227,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 report = head | _bench_report(args, speculator, gen, prompts, ks, samplers, base_seed, system)
         report["meta"] = _meta(speculator, spec, gen, prompts, ks) | {
             "repeats": 1 if args.identity else args.repeats,
-            "fresh": bool(getattr(args, "fresh", False)),
+            "fresh": args.fresh,
             "methods": report.pop("methods", []),
             "seconds": round(time.perf_counter() - t0, 1),
             "loadavg_1min": [load_before, _loadavg()],
@@ -284,7 +284,7 @@ def _bench_report(
             progress,
             system,
             base_seed,
-            fresh=getattr(args, "fresh", False),
+            fresh=args.fresh,
         )
         greedy_ref = (
             run_greedy_reference(speculator, gen, prompts, acceptance_k(ks), progress, system) if reference else None

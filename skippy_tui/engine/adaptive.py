@@ -59,6 +59,7 @@ costs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -434,10 +435,20 @@ class AdaptiveK:
             # proposal taken whole. Each step is charged its own mix (Costs.sync_whole).
             s, whole = self.sync_none.value, max(self.sync_one.value - self.sync_none.value, 0.0)
         s += self.catchup_ms(behind) / max(horizon or self.horizon, 1.0)
-        o = self.overhead.value or 0.0
-        r = self.rollback.value or 0.0
+        return dataclasses.replace(
+            self._target_costs(k_max),
+            draft_per_call=per_call * f,
+            sync=s * f,
+            draft_first=first * f if first is not None else None,
+            sync_whole=whole * f,
+        )
+
+    def _target_costs(self, k_max: int) -> Costs:
+        """The target's side of :meth:`costs` (verify by batch size up to ``k_max + 1``, the
+        step's overhead, the rollback) at the current slowdown, no draft: enough for T(0)."""
+        f = self.slowdown
         verify = [(self.verify.at(b) or 0.0) * f for b in range(1, k_max + 2)]
-        return Costs(verify, per_call * f, s * f, o * f, r * f, first * f if first is not None else None, whole * f)
+        return Costs(verify, 0.0, overhead=(self.overhead.value or 0.0) * f, rollback=(self.rollback.value or 0.0) * f)
 
     def rates(
         self, k_max: int, behind: int = 0, horizon: float | None = None, run: int | None = None
@@ -475,9 +486,7 @@ class AdaptiveK:
             # the warm-up's steps are probes against the plain step just measured: one that
             # wins starts a chain of probes (below) before the counts, mostly prior after
             # two steps, can say a draft pays
-            f = self.slowdown
-            plain = Costs([(self.verify.at(1) or 0.0) * f], 0.0, overhead=(self.overhead.value or 0.0) * f)
-            self._probe_plain = 1000.0 / expected_step_ms(0, plain)
+            self._probe_plain = 1000.0 / expected_step_ms(0, self._target_costs(0))
             return min(self.warmup_k, k_max), "auto: measuring draft"
         rates = rates if rates is not None else self.rates(k_max, behind)
         assert rates is not None
