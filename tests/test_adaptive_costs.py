@@ -542,3 +542,55 @@ def test_a_draft_that_suits_the_new_text_is_found_in_the_reply(seed):
     assert found.ks[-45:].count(0) <= 5, found.ks[-60:]
     # without the reply's probe and its chain, the reply stays on plain steps
     assert _plain_verdict_then_new_text(False, seed).ks[-45:].count(0) >= 43
+
+
+# -- a reply the draft suits better than the last: the positions past the chosen k ----------
+
+
+def _after_two_replies_at(first: float, then: float, seed: int, climb_after: int | None = None) -> tuple[Sim, Sim]:
+    """Two 128-token replies at ``first`` per position, then one at ``then``: auto's last
+    reply, and k = 8's on the same draws (the default pair's draft costs)."""
+    draft = {"first": 13.0, "next": 11.0, "prefill_fixed": 6.0, "prefill_per_token": 4.0}
+    policy = AdaptiveK() if climb_after is None else AdaptiveK(climb_after=climb_after)
+
+    def reply(accept: float, seed: int, fixed_k: int | None = None) -> Sim:
+        sim = Sim(draft=Draft(**draft), verify_ms=V, accept=accept, seed=seed, cold=True)
+        if fixed_k is None:
+            policy.new_reply()
+        while sim.tokens < 128:
+            sim.step(policy if fixed_k is None else None, 8, fixed_k)
+        return sim
+
+    reply(first, 3 * seed + 100)
+    reply(first, 3 * seed + 200)
+    return reply(then, seed), reply(then, seed, 8)
+
+
+def test_proposals_taken_whole_climb_past_the_last_texts_k():
+    """The bench's chat prompt after free-form and code-edit (greedy): auto chose a mean k of
+    4.9 on chat, where every proposal was taken whole, and chat alone 7.6 (0.88 of k = 8).
+    The positions past the chosen k get no new evidence, so the earlier texts' estimates
+    stay for dozens of steps. Two proposals taken whole in a row let the next draft one
+    token more, and so on while they are taken whole."""
+    mean_k, of_k8 = {}, {}
+    for climb_after in (None, 10**9):  # the default, and never climbing
+        ks, ratios = [], []
+        for seed in range(12):
+            auto, k8 = _after_two_replies_at(0.9, 0.995, seed, climb_after)
+            ks.append(sum(auto.ks) / len(auto.ks))
+            ratios.append(auto.rate / k8.rate)
+        mean_k[climb_after], of_k8[climb_after] = sorted(ks)[6], sorted(ratios)[6]
+    assert mean_k[None] >= 6.3, mean_k  # measured 6.58
+    assert mean_k[10**9] <= 5.8, mean_k  # measured 5.56
+    assert of_k8[None] > of_k8[10**9], of_k8  # measured 0.969 and 0.958
+
+
+def test_a_climb_stops_where_the_text_is_as_the_counts_say():
+    """Where the draft is as right as before (0.9 per position: plain decoding and short
+    proposals about even), climbing must not cost a reply more than a few per cent."""
+    ratios = []
+    for seed in range(12):
+        climbing, _ = _after_two_replies_at(0.9, 0.9, seed)
+        still, _ = _after_two_replies_at(0.9, 0.9, seed, 10**9)
+        ratios.append(climbing.rate / still.rate)
+    assert sorted(ratios)[6] >= 0.97, ratios

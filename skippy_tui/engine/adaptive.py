@@ -51,6 +51,10 @@ plain decoding's expected rate (its catch-up aside) leaves the draft synced: the
 probes again, twice as long when it was taken whole. The warm-up's two steps count as
 such probes, so a draft that is right from the start is not left to the prior-heavy counts
 of two steps and a probe a streak later.
+Where speculation wins, :data:`CLIMB_AFTER` proposals taken whole in a row let the next
+step draft one token more than the last (and the next, while they are taken whole and the
+longer k is estimated close to the best): the positions past the chosen k are otherwise
+judged by an earlier text's counts.
 
 The policy is pure Python (no model, no clock): feed it :meth:`AdaptiveK.observe`
 and ask :meth:`AdaptiveK.choose`, which makes it table-testable with synthetic
@@ -88,6 +92,14 @@ EVIDENCE = 8
 """Drafted steps before the verdict is trusted: until then a policy's probes neither wait
 for :data:`PROBE_BUDGET` nor back off, and the chooser's explores may spend 4 x it (one
 unlucky warm-up step must not switch a good draft off for the rest of the reply)."""
+
+CLIMB_AFTER = 2
+"""Proposals taken whole in a row at the chosen k (or above) after which the next step drafts
+one token more than the last. Positions past the chosen k get no new evidence, so their
+estimates are an earlier text's for dozens of steps (the counts decay 0.98 a step): a reply
+the draft suits, after one it suited less, would stay at the earlier text's k. A climb is a
+step of one more draft call, taken only while its k is estimated within :data:`CLOSE` of the
+best; where the text is as the counts say it stops at the first rejection."""
 
 REMEASURE_SPEED = 1.15
 """How far the slowdown (the target's speed) may move from its value when the draft was last
@@ -144,6 +156,7 @@ class AdaptiveK:
         catchup_horizon: float = 4.0,
         runs: bool = False,
         draft_prior_ms: float | None = None,
+        climb_after: int = CLIMB_AFTER,
     ) -> None:
         self.verify = verify if verify is not None else VerifyCosts()
         self.probe_every = probe_every
@@ -155,6 +168,7 @@ class AdaptiveK:
         self.runs = runs
         # ms a draft call is taken to cost until measured (an n-gram lookup: ~0); None: unknown
         self.draft_prior_ms = draft_prior_ms
+        self.climb_after = climb_after
         self.streaks = Recent()  # drafted steps in a row after a catch-up, the last ones ended
         self._streak = 0
         self.draft_call = Recent()  # ms per call, the step's draft time over its calls
@@ -178,6 +192,7 @@ class AdaptiveK:
         self._probe_min_k = 0  # ... and the next such probe's least k: twice one taken whole
         self._last_best: int | None = None
         self._prev_k = 0
+        self._whole = 0  # drafted steps in a row whose proposal, k tokens long, was taken whole
         self._spec_steps = 0  # drafted steps judged: the acceptance's evidence (trust)
         self._cost_steps = 0  # drafted steps since the draft's costs were last forgotten
         self.last_rates: list[float] = []
@@ -292,6 +307,7 @@ class AdaptiveK:
             self._spec_steps += 1
             self._cost_steps += 1
             self._count(k, n_proposed, n_accepted, expected)
+        self._whole = self._whole + 1 if 0 < k <= n_proposed <= n_accepted else 0
         self._prev_k = k
 
     def _count(self, k: int, n_proposed: int, n_accepted: int, expected: Sequence[float | None] = ()) -> None:
@@ -540,6 +556,10 @@ class AdaptiveK:
             # nor back off before the verdict is trusted (see above)
             self._interval = self.probe_every if close or not self.trusted else min(self._interval * 2, self.probe_max)
             return probe, f"auto: probe k={probe} est {rates[probe]:.1f} tok/s (best k={best} {rates[best]:.1f})"
+        k = self._prev_k + 1
+        if 0 < best < k <= k_max and self._whole >= self.climb_after and rates[k] >= CLOSE * rates[best]:
+            # the last proposals were taken whole: learn the positions past them (CLIMB_AFTER)
+            return k, f"auto: k={k} climbs (the last {self._whole} taken whole; est k={best} {rates[best]:.1f} tok/s)"
         return best, f"auto: k={best} est {rates[best]:.1f} tok/s (" + _alternatives(rates, best) + ")"
 
     def _remeasure_due(self, k_max: int, behind: int, plain_rate: float) -> bool:
