@@ -208,6 +208,7 @@ class AdaptiveK:
         self.counts = PositionCounts()
         self._forget_runs()
         self._spec_steps, self._cost_steps, self._interval, self._since_probe = 0, 0, self.probe_every, 0
+        self._whole = 0
 
     def _forget_runs(self) -> None:
         self.by_run = [PositionCounts() for _ in range(len(RUN_BUCKETS) + 1)]  # runs only: counts by run bucket
