@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from skippy_tui.engine.adaptive import AdaptiveK
+from skippy_tui.engine.adaptive import CLIMB_AFTER, AdaptiveK
 from skippy_tui.engine.chooser import SourceChooser
 from skippy_tui.engine.cost_model import Costs, expected_rates, expected_step_ms
 from skippy_tui.engine.measurements import VerifyCosts
@@ -547,11 +547,12 @@ def test_a_draft_that_suits_the_new_text_is_found_in_the_reply(seed):
 # -- a reply the draft suits better than the last: the positions past the chosen k ----------
 
 
-def _after_two_replies_at(first: float, then: float, seed: int, climb_after: int | None = None) -> tuple[Sim, Sim]:
+def _after_two_replies_at(first: float, then: float, seed: int, climb_after: int = CLIMB_AFTER) -> tuple[Sim, Sim]:
     """Two 128-token replies at ``first`` per position, then one at ``then``: auto's last
-    reply, and k = 8's on the same draws (the default pair's draft costs)."""
-    draft = {"first": 13.0, "next": 11.0, "prefill_fixed": 6.0, "prefill_per_token": 4.0}
-    policy = AdaptiveK() if climb_after is None else AdaptiveK(climb_after=climb_after)
+    reply, and k = 8's on the same draws (the default pair's draft costs, its last token
+    of a whole proposal synced apart)."""
+    draft = PAIR | {"fold": False}
+    policy = AdaptiveK(climb_after=climb_after)
 
     def reply(accept: float, seed: int, fixed_k: int | None = None) -> Sim:
         sim = Sim(draft=Draft(**draft), verify_ms=V, accept=accept, seed=seed, cold=True)
@@ -573,16 +574,16 @@ def test_proposals_taken_whole_climb_past_the_last_texts_k():
     stay for dozens of steps. Two proposals taken whole in a row let the next draft one
     token more, and so on while they are taken whole."""
     mean_k, of_k8 = {}, {}
-    for climb_after in (None, 10**9):  # the default, and never climbing
+    for climb_after in (CLIMB_AFTER, 10**9):  # the default, and never climbing
         ks, ratios = [], []
         for seed in range(12):
             auto, k8 = _after_two_replies_at(0.9, 0.995, seed, climb_after)
             ks.append(sum(auto.ks) / len(auto.ks))
             ratios.append(auto.rate / k8.rate)
         mean_k[climb_after], of_k8[climb_after] = sorted(ks)[6], sorted(ratios)[6]
-    assert mean_k[None] >= 6.3, mean_k  # measured 6.58
-    assert mean_k[10**9] <= 5.8, mean_k  # measured 5.56
-    assert of_k8[None] > of_k8[10**9], of_k8  # measured 0.969 and 0.958
+    assert mean_k[CLIMB_AFTER] >= 6.3, mean_k  # measured 6.71
+    assert mean_k[10**9] <= 5.8, mean_k  # measured 5.57
+    assert of_k8[CLIMB_AFTER] > of_k8[10**9], of_k8  # measured 0.978 and 0.973
 
 
 def test_a_climb_stops_where_the_text_is_as_the_counts_say():

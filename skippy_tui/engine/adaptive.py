@@ -308,7 +308,7 @@ class AdaptiveK:
             self._spec_steps += 1
             self._cost_steps += 1
             self._count(k, n_proposed, n_accepted, expected)
-        self._whole = self._whole + 1 if 0 < k <= n_proposed <= n_accepted else 0
+        self._whole = self._whole + 1 if 0 < k <= n_accepted else 0  # taken whole, as a won probe's
         self._prev_k = k
 
     def _count(self, k: int, n_proposed: int, n_accepted: int, expected: Sequence[float | None] = ()) -> None:
