@@ -586,7 +586,7 @@ def test_config_ngram_without_draft_model_keeps_speculation_on():
 
 # -- real models ----------------------------------------------------------------------------------
 
-IDENTITY_PROMPTS = ["Write a haiku about autumn leaves.", "What is 17 times 23? Show your working."]
+IDENTITY_PROMPTS = ["Write a haiku about autumn leaves.", "Explain, step by step, how to work out 17 times 23."]
 
 
 @pytest.fixture(scope="module")
@@ -605,7 +605,11 @@ def _fresh(request):
 
 @pytest.mark.parametrize("prompt", IDENTITY_PROMPTS)
 def test_adaptive_greedy_output_equals_plain(pair, prompt):
-    gen = GenerationSettings(SamplingParams(temperature=0.0), max_tokens=48)
+    # replies that run to 96 tokens: a fresh policy's first steps are the warm-up and, where
+    # its verdict is still "plain", a chain of won probes ("auto: probe ..."); "What is 17
+    # times 23? Show your working." ended after 21 tokens, 4 steps, all of them warm-up and
+    # probes (CI at d1b3ce0). Past them the policy chooses by its estimates.
+    gen = GenerationSettings(SamplingParams(temperature=0.0), max_tokens=96)
     pair.update(enabled=False)
     plain = Run(pair.run(user(prompt), gen))
     pair.update(enabled=True, source="model", n_draft="auto")
