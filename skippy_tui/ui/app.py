@@ -382,11 +382,11 @@ class SkippyApp(
         self.push_screen(HelpScreen())
 
     def on_key(self, event: events.Key) -> None:
-        """A character typed while the chat or the panel has the focus goes to the input, not nowhere."""
+        """A character typed while the chat, the panel or nothing has the focus goes to the input,
+        not nowhere."""
         if not (event.is_printable and event.character) or self.screen is not self.screen_stack[0]:
             return
-        focused = self.focused
-        if focused is None or isinstance(focused, (TextArea, Input)) or not self.prompt.display:
+        if isinstance(self.focused, (TextArea, Input)) or not self.prompt.display:
             return
         event.stop()
         self.prompt.focus()

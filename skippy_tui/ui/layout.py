@@ -25,7 +25,7 @@ class LayoutMixin:
 
     Owns ``_stacked`` (the layout last applied; None before the first) and
     ``_panel_choice`` (F6's show/hide, until the layout changes). Relies on the app's
-    ``size``, ``panel``, ``query_one`` and ``_update_status`` (StatusMixin).
+    ``size``, ``panel``, ``prompt``, ``query_one`` and ``_update_status`` (StatusMixin).
     """
 
     def _init_layout(self) -> None:
@@ -46,7 +46,12 @@ class LayoutMixin:
             shown = self._panel_choice
         self.query_one("#main").set_class(stacked, "-stacked")
         self.panel.set_stacked(stacked)
+        # hidden with the focus in it, the panel would leave nothing focused (Textual finds
+        # no visible sibling to pass it to): the input takes it, or typing goes nowhere
+        refocus = not shown and self.panel.display and self.panel.has_focus_within
         self.panel.display = shown
+        if refocus and self.prompt.display:
+            self.prompt.focus()
 
     def action_toggle_panel(self) -> None:
         self._panel_choice = not self.panel.display

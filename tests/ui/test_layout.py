@@ -211,6 +211,26 @@ def test_resizing_the_terminal_lays_the_screen_out_again() -> None:
     run(body())
 
 
+def test_a_panel_hidden_by_a_resize_hands_its_focus_to_the_input() -> None:
+    """With the focus in the panel, a resize that hides it (stacked and short) left nothing
+    focused, and every key typed after it went nowhere (a new user's 120x40 -> 60x20)."""
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            app.panel.timeline.focus()
+            await pilot.pause()
+            await pilot.resize_terminal(60, 20)
+            await wait_until(pilot, lambda: not app.panel.display, 5, "hidden when short")
+            assert app.focused is app.prompt
+            app.set_focus(None)  # nothing focused (however it came to be): typing still lands
+            await pilot.press("h", "i")
+            assert app.focused is app.prompt and app.prompt.text == "hi"
+
+    run(body())
+
+
 def test_the_timeline_follows_its_last_row_until_scrolled_up() -> None:
     """New rows keep the last one in view, also after the panel was hidden or re-laid out
     (the first rows used to stay in view); scrolled up, the view stays where it was put."""
