@@ -42,12 +42,22 @@ def _float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
+def _int_or_word(text: str, word: str) -> int | str:
+    """An integer or ``word``; the error names both (a bare "expected an integer" hid the word)."""
+    if text == word:
+        return word
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or {word!r}, got {text!r}") from None
+
+
 def _n_draft(text: str) -> int | str:
-    return "auto" if text == "auto" else _positive_int(text)
+    return _int_or_word(text, "auto")
 
 
 def _seed(text: str) -> int | str:
-    return "random" if text == "random" else _positive_int(text)
+    return _int_or_word(text, "random")
 
 
 def add_model_flags(p: argparse.ArgumentParser, sub: bool = False) -> None:

@@ -83,6 +83,8 @@ def test_plain_and_speculative_cli_agree() -> None:
         (("run", "hi", "--n-ctx", "-5"), 2, "error: --n-ctx: target.n_ctx = -5 is out of bounds"),
         (("run", "hi", "--config", "/no/such.toml"), 2, "config file not found"),
         (("run", "hi", "--target", ""), 2, "argument --target: an empty path (leave the flag out for the default)"),
+        (("run", "hi", "--n-draft", "abc"), 2, "argument --n-draft: expected an integer or 'auto', got 'abc'"),
+        (("run", "hi", "--seed", "foo"), 2, "argument --seed: expected an integer or 'random', got 'foo'"),
         (
             ("run", "hi", "--no-draft", "--draft-source", "model"),
             2,
