@@ -19,12 +19,13 @@ EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 """Exit statuses: a failed generation or model problem, bad usage or config, Ctrl+C."""
 
 
-def _positive_int(text: str) -> int:
+def _int(text: str, also: str = "") -> int:
+    """An argparse type: an integer (any sign; the bounds are the config's to check).
+    ``also``: what else the flag takes, for the error (``" or 'auto'"``)."""
     try:
-        v = int(text)
+        return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    return v
+        raise argparse.ArgumentTypeError(f"expected an integer{also}, got {text!r}") from None
 
 
 def path_arg(text: str) -> Path:
@@ -42,22 +43,12 @@ def _float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
-def _int_or_word(text: str, word: str) -> int | str:
-    """An integer or ``word``; the error names both (a bare "expected an integer" hid the word)."""
-    if text == word:
-        return word
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or {word!r}, got {text!r}") from None
-
-
 def _n_draft(text: str) -> int | str:
-    return _int_or_word(text, "auto")
+    return "auto" if text == "auto" else _int(text, " or 'auto'")
 
 
 def _seed(text: str) -> int | str:
-    return _int_or_word(text, "random")
+    return "random" if text == "random" else _int(text, " or 'random'")
 
 
 def add_model_flags(p: argparse.ArgumentParser, sub: bool = False) -> None:
@@ -75,11 +66,11 @@ def add_model_flags(p: argparse.ArgumentParser, sub: bool = False) -> None:
     g.add_argument("--no-draft", action="store_true", help="plain decoding, no draft model")
     g.add_argument(
         "--n-ctx",
-        type=_positive_int,
+        type=_int,
         metavar="N",
         help="context window (tokens; run sizes it to the prompt + --max-tokens, up to this)",
     )
-    g.add_argument("--n-gpu-layers", type=_positive_int, metavar="N", help="layers to offload (-1 = all)")
+    g.add_argument("--n-gpu-layers", type=_int, metavar="N", help="layers to offload (-1 = all)")
     g.add_argument("--device", metavar="NAME", help="backend device, e.g. CUDA0")
     g.add_argument(
         "--rpc", action="append", metavar="HOST:PORT",
@@ -98,10 +89,10 @@ def add_model_flags(p: argparse.ArgumentParser, sub: bool = False) -> None:
         help="exact (verify in batches proven bit-identical to plain decoding) or fast "
         "(flash attention and repacking on, one verify batch: faster, replies may differ from plain)",
     )
-    s.add_argument("--n-min", type=_positive_int, metavar="N", help="fewest proposed tokens worth verifying")
+    s.add_argument("--n-min", type=_int, metavar="N", help="fewest proposed tokens worth verifying")
     s.add_argument("--p-min", type=_float, metavar="P", help="stop drafting below this draft probability")
     s.add_argument("--temperature", type=_float, metavar="T", help="0 = greedy")
-    s.add_argument("--top-k", type=_positive_int, metavar="K")
+    s.add_argument("--top-k", type=_int, metavar="K")
     s.add_argument("--top-p", type=_float, metavar="P")
     s.add_argument("--min-p", type=_float, metavar="P")
     s.add_argument("--seed", type=_seed, metavar="S", help='random seed, or "random" (a new one per reply)')
@@ -110,10 +101,10 @@ def add_model_flags(p: argparse.ArgumentParser, sub: bool = False) -> None:
         help="speculative sampling: coupled (= plain sampling with the same seed) or rejection",
     )  # fmt: skip
     s.add_argument("--repeat-penalty", type=_float, metavar="P", help="1.0 = off")
-    s.add_argument("--repeat-last-n", type=_positive_int, metavar="N", help="tokens the penalties look back (-1 = all)")
+    s.add_argument("--repeat-last-n", type=_int, metavar="N", help="tokens the penalties look back (-1 = all)")
     s.add_argument("--presence-penalty", type=_float, metavar="P", help="0.0 = off")
     s.add_argument("--frequency-penalty", type=_float, metavar="P", help="0.0 = off")
-    s.add_argument("--max-tokens", type=_positive_int, metavar="N", help="reply length cap")
+    s.add_argument("--max-tokens", type=_int, metavar="N", help="reply length cap")
     s.add_argument("--stop", action="append", metavar="STR", help="stop string (repeatable)")
     s.add_argument("--system", metavar="TEXT", help="system prompt")
 

@@ -48,7 +48,7 @@ class LayoutMixin:
         self.panel.set_stacked(stacked)
         # hidden with the focus in it, the panel would leave nothing focused (Textual finds
         # no visible sibling to pass it to): the input takes it, or typing goes nowhere
-        refocus = not shown and self.panel.display and self.panel.has_focus_within
+        refocus = not shown and self.panel.has_focus_within
         self.panel.display = shown
         if refocus and self.prompt.display:
             self.prompt.focus()
