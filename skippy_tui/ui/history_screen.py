@@ -23,7 +23,7 @@ from ..engine.labels import model_label
 from ..history import ChatEntry, HistoryError, HistoryStore
 from .field_tabs import FIELD_TABS
 
-HINT = "enter open · r rename · d delete · type to filter · esc close"
+HINT = "enter open · f2 rename · del delete · type to filter · esc close"
 
 
 def models_text(entry: ChatEntry, width: int = 26) -> str:
@@ -46,8 +46,9 @@ class HistoryScreen(ModalScreen["Path | None"]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "dismiss(None)", "Close"),
-        Binding("r", "rename", "Rename"),
-        Binding("d,delete", "delete", "Delete"),
+        # no letter keys: every printable key typed in the list goes to the filter
+        Binding("f2,ctrl+r", "rename", "Rename"),
+        Binding("delete,ctrl+d", "delete", "Delete"),
         Binding("slash", "focus_filter", "Filter", show=False),
         *FIELD_TABS,
     ]
@@ -147,10 +148,10 @@ class HistoryScreen(ModalScreen["Path | None"]):
         self.filter_input.focus()
 
     def on_key(self, event: events.Key) -> None:
-        """In the table, a printable key that is no command starts the filter; ↓/↑ in the
+        """In the table, a printable key other than ``/`` starts the filter; ↓/↑ in the
         filter move the table's cursor, so Enter there opens the chosen row."""
         table, field = self.table, self.filter_input
-        if table.has_focus and event.is_printable and event.character and event.character not in "rd/":
+        if table.has_focus and event.is_printable and event.character and event.character != "/":
             field.focus()
             field.insert_text_at_cursor(event.character)
             event.stop()

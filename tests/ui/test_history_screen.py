@@ -169,6 +169,24 @@ def test_filter_narrows_the_list_and_enter_opens_the_match() -> None:
     run(body())
 
 
+def test_a_word_that_starts_with_d_or_r_filters_and_opens_no_dialog() -> None:
+    """``d`` and ``r`` were the delete and rename keys: typing "date" or "rust" in the list opened a dialog."""
+    _seed()
+
+    async def body() -> None:
+        app = _idle_app()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await _open_history(app, pilot)
+            for word in ("rust", "date"):
+                screen.filter_input.value = ""
+                screen.table.focus()
+                await pilot.press(*word)
+                await wait_until(pilot, lambda w=word: screen.filter_input.value == w, 5, f"{word!r} in the filter")
+                assert app.screen is screen
+
+    run(body())
+
+
 def test_rename_keeps_the_new_title_in_the_file_and_the_list() -> None:
     paths = _seed()
 
@@ -176,7 +194,7 @@ def test_rename_keeps_the_new_title_in_the_file_and_the_list() -> None:
         app = _idle_app()
         async with app.run_test(size=SIZE) as pilot:
             screen = await _open_history(app, pilot)
-            await pilot.press("r")
+            await pilot.press("f2")
             rename = await wait_for_screen(pilot, app, RenameScreen, 5)
             await pilot.press(*"Paris notes", "enter")
             await wait_until(pilot, lambda: app.screen is screen, 5, "the rename dialog to close")
@@ -184,7 +202,7 @@ def test_rename_keeps_the_new_title_in_the_file_and_the_list() -> None:
             assert screen.highlighted is not None and screen.highlighted.path == paths["paris"]
             assert rename.is_attached is False
             # Esc in the rename dialog changes nothing
-            await pilot.press("r")
+            await pilot.press("ctrl+r")
             await wait_for_screen(pilot, app, RenameScreen, 5)
             await pilot.press(*" (draft)", "escape")
             await wait_until(pilot, lambda: app.screen is screen, 5, "cancel")
@@ -222,7 +240,7 @@ def test_delete_asks_first_and_removes_both_files() -> None:
         app = _idle_app()
         async with app.run_test(size=SIZE) as pilot:
             screen = await _open_history(app, pilot)
-            await pilot.press("d")
+            await pilot.press("ctrl+d")
             await wait_for_screen(pilot, app, ConfirmDeleteScreen, 5)
             await pilot.press("escape")  # kept
             await wait_until(pilot, lambda: app.screen is screen, 5, "cancel")
