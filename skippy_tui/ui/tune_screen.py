@@ -109,7 +109,7 @@ class TuneScreen(ModalScreen["dict | None"]):
                     else:
                         yield Input(self.values[key], id=key, compact=True)
                     yield Label(help_text, classes="field-help")
-            yield Static("", id="tune-error")
+            yield Static("", id="tune-error", markup=False)  # messages quote config sections: [target]
             with Horizontal(classes="buttons"):
                 yield Button("Apply", id="apply", variant="primary")
                 yield Button("Cancel", id="cancel")
@@ -147,6 +147,12 @@ class TuneScreen(ModalScreen["dict | None"]):
             message = str(e)
             if isinstance(e, BoundsError) and e.key in TUNE_HELP:  # the engine's bound, in the dialog's words
                 message = f"{e.key} = {e.value!r} is out of bounds; allowed: {TUNE_HELP[e.key]}"
+            elif isinstance(e, BoundsError) and e.key.endswith(".n_batch"):  # a k the loaded batch cannot verify
+                section = e.key.split(".")[0]
+                message = (
+                    f"n_draft is at most {int(e.value) - 1} with the models loaded: {e}. "
+                    f"Set n_batch under [{section}] in the config file and restart to draft longer."
+                )
             self.query_one("#tune-error", Static).update(message)
             return
         self.dismiss(values)

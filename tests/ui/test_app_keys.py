@@ -16,6 +16,7 @@ from textual.widgets import Input
 from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.cli import main
+from skippy_tui.engine.bounds import ContextCapacity, validate_capacity
 from skippy_tui.engine.labels import model_label
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
@@ -146,6 +147,32 @@ def test_tune_dialog_names_the_field_and_what_it_allows() -> None:
                 assert "invalid literal" not in shown
                 field.value = good
             assert (app.sampling, app.generation) == before
+
+    run(body())
+
+
+def test_tune_dialog_says_how_long_a_draft_the_loaded_batch_can_verify() -> None:
+    """F3 allows n_draft up to 4096, but a verify batch of k + 1 rows must fit the loaded n_batch (512
+    by default): the refusal gives the largest k that fits and where to raise the batch."""
+
+    def apply(values: dict) -> None:  # what Speculator.update checks for a longer k
+        validate_capacity(ContextCapacity("target", 512, 512), ContextCapacity("draft", 512, 512), values["n_draft"])
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            screen = TuneScreen(4, 0.0, app.sampling, apply=apply)
+            await app.push_screen(screen)
+            screen.query_one("#n_draft", Input).value = "1000"
+            screen.query_one("#n_draft").focus()
+            await pilot.press("enter")
+            assert app.screen is screen
+            shown = str(screen.query_one("#tune-error").render())
+            assert shown.startswith("n_draft is at most 511 with the models loaded: target.n_batch = 512"), shown
+            assert "Set n_batch under [target] in the config file" in shown
+            screen.query_one("#n_draft", Input).value = "511"
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: app.screen is not screen, 5, "511 to apply")
 
     run(body())
 
