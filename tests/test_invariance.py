@@ -51,8 +51,23 @@ def _check(path: Path, max_rows: int, tmp_path: Path, monkeypatch) -> None:
     with Model(path, lp) as model:
         ctx = Context(model, lp)
         try:
+            # what report raises ends the probe (a quit while it runs), its cache cleared
+            class Stop(Exception):
+                pass
+
+            def quit_at_a_third(fraction: float) -> None:
+                if fraction > 0.3:
+                    raise Stop
+
+            with pytest.raises(Stop):
+                cached_probe(ctx, 17, lp, tmp_path, quit_at_a_third)
+            assert ctx.pos_max() == -1 and not list(tmp_path.glob("invariance/*.json"))
             # a fresh cache: the first call really probes, the second must come from disk
-            inv = cached_probe(ctx, 17, lp, tmp_path)
+            fractions: list[float] = []
+            inv = cached_probe(ctx, 17, lp, tmp_path, fractions.append)
+            # its progress rises in steps of ~5 % to the end (to where a variant size ended it)
+            assert fractions == sorted(fractions) and 0 < fractions[0] <= 0.1, fractions
+            assert inv.rows is not None or fractions[-1] >= 0.95, fractions
             assert list((tmp_path / "invariance").glob("*.json")), "the probe result was not cached"
             monkeypatch.setattr(inv_mod, "probe", lambda *a: (_ for _ in ()).throw(AssertionError("probed again")))
             again = cached_probe(ctx, 17, lp, tmp_path)

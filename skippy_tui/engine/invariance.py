@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import median
@@ -103,19 +104,31 @@ def _windows(ctx: Context, max_rows: int, deep: bool) -> list[int]:
     return windows
 
 
-def probe(ctx: Context, max_rows: int, deep: bool = False) -> Invariance:
+def probe(ctx: Context, max_rows: int, deep: bool = False, report: Callable[[float], None] | None = None) -> Invariance:
     """Measure batch invariance on ``ctx`` (whose KV cache is cleared before and after).
 
     Costs up to ``2 × max_rows`` single decodes and ``2 × (max_rows - 1)``
-    batch decodes of a short text (a few seconds on a 2-core CPU). ``deep``: also
-    a window at :data:`DEEP` where the window holds it (flash attention not off:
-    about 240 more tokens of prefill and up to ``max_rows`` more of each decode).
+    batch decodes of a short text (a few seconds on a 2-core CPU; minutes on a
+    busy one). ``deep``: also a window at :data:`DEEP` where the window holds it
+    (flash attention not off: about 240 more tokens of prefill and up to
+    ``max_rows`` more of each decode). ``report`` is called with the fraction of
+    the decodes done (0..1, every 5 % or so); what it raises ends the probe.
 
     Raises:
         DecodeError, ContextFullError: from llama.cpp (the cache is cleared).
     """
     max_rows = _rows(ctx, max_rows)
     windows = _windows(ctx, max_rows, deep)
+    total = len(windows) * (2 * max_rows - 1)  # decodes, were every size exact
+    done, shown = 0, 0.0
+
+    def tick() -> None:
+        nonlocal done, shown
+        done += 1
+        if report is not None and done / total - shown >= 0.05:
+            shown = done / total
+            report(min(shown, 1.0))
+
     need = windows[-1] + max_rows
     model = ctx.model
     text = _PROBE_TEXT
@@ -140,11 +153,13 @@ def probe(ctx: Context, max_rows: int, deep: bool = False) -> Invariance:
                 t0 = time.perf_counter()
                 ref.append(ctx.decode([t], start + i, 1)[0])
                 timings.setdefault(1, []).append((time.perf_counter() - t0) * 1000)
+                tick()
             for size in range(2, limit + 1):
                 ctx.remove_from(start)
                 t0 = time.perf_counter()
                 out = ctx.decode(rows[:size], start, size)
                 timings.setdefault(size, []).append((time.perf_counter() - t0) * 1000)
+                tick()
                 diff = float(np.abs(out - np.stack(ref[:size])).max())
                 if diff != 0.0:
                     limit, worst = size - 1, diff
@@ -195,11 +210,17 @@ def variant_build(params: LoadParams, n_layer: int, info: str | None = None) -> 
     )
 
 
-def cached_probe(ctx: Context, max_rows: int, params: LoadParams, cache_dir: Path | None) -> Invariance:
+def cached_probe(
+    ctx: Context,
+    max_rows: int,
+    params: LoadParams,
+    cache_dir: Path | None,
+    report: Callable[[float], None] | None = None,
+) -> Invariance:
     """:func:`probe`, memoised on disk by (model file, build, CPU, numeric load settings).
 
     A missing or unreadable entry is simply measured again; writes are atomic.
-    Only a fresh probe carries ``timings_ms``.
+    Only a fresh probe carries ``timings_ms``; ``report`` follows it (see :func:`probe`).
     A build known to be batch-variant (:func:`variant_build`) is not probed:
     the result is ``rows=1`` with the reason in ``note``.
 
@@ -212,7 +233,7 @@ def cached_probe(ctx: Context, max_rows: int, params: LoadParams, cache_dir: Pat
     path = ctx.model.path
     deep = params.flash_attn != "off"
     if cache_dir is None or not path.is_file():
-        return probe(ctx, max_rows, deep)
+        return probe(ctx, max_rows, deep, report)
     numeric = (params.flash_attn, params.repack, params.cache_type_k, params.cache_type_v, params.n_gpu_layers,
                params.device, params.threads, params.threads_batch, ctx.n_ubatch, max_rows)  # fmt: skip
     entry = cache_dir / "invariance" / f"{file_key(path, system_info(), cpu_model(), numeric)}.json"
@@ -232,6 +253,6 @@ def cached_probe(ctx: Context, max_rows: int, params: LoadParams, cache_dir: Pat
             return cached
     except (ValueError, TypeError, KeyError, AttributeError):
         pass
-    result = probe(ctx, max_rows, deep)
+    result = probe(ctx, max_rows, deep, report)
     write_entry(entry, asdict(result))
     return result

@@ -230,12 +230,20 @@ def load_speculator(
     if spec.speculation.exact:
         rows, load, cache = probe_rows(spec.speculation.k_limit), t_load, spec.cache_dir
         # the context at probe time: the window may have grown into a new one since load
-        speculator.exactness_probe = lambda: cached_probe(speculator.target_cache.ctx, rows, load, cache)
+        speculator.exactness_probe = lambda report=None: cached_probe(
+            speculator.target_cache.ctx, rows, load, cache, report
+        )
         if speculation.enabled:
-            progress("measuring batch invariance", 0.0)
+            stage = "measuring batch invariance"
+            progress(stage, 0.0)
+
+            def probing(fraction: float) -> None:  # minutes on a busy CPU: show it, and stop on a quit
+                progress(stage, fraction)
+                checkpoint()
+
             try:
                 checkpoint()
-                speculator.ensure_exact()
+                speculator.ensure_exact(probing)
                 checkpoint()
             except BaseException:
                 speculator.close()

@@ -130,7 +130,7 @@ class Speculator:
         # one object per reply: within it the context only grows, so syncs compare only new tokens
         self._epoch: object | None = None
         # measures batch invariance (exact = true) when speculation is first used; None once done
-        self.exactness_probe: Callable[[], Invariance] | None = None
+        self.exactness_probe: Callable[[Callable[[float], None] | None], Invariance] | None = None
         # why speculation must stay off (a recurrent/hybrid model cannot roll back), or ""
         self.no_rollback = ""
         # what llama.cpp changed in the load settings (it pads n_ctx), said once by the CLI and app, or ""
@@ -235,20 +235,22 @@ class Speculator:
         for batch, ms in timings_ms.items():
             self._verify_costs.add(batch, ms)
 
-    def ensure_exact(self) -> None:
+    def ensure_exact(self, report: Callable[[float], None] | None = None) -> None:
         """Run :attr:`exactness_probe` if speculation is on and it has not run yet, and
         verify in the chunks it certifies (see :mod:`invariance`).
 
         The probe decodes on the target's context, so its KV cache is emptied first
-        (the next reply prefills the conversation again).
+        (the next reply prefills the conversation again). ``report`` gets the
+        fraction of the probe done (0..1); what it raises ends the probe.
 
         Raises:
-            DecodeError, ContextFullError: from the probe; it stays pending.
+            DecodeError, ContextFullError: from the probe; it stays pending (as it
+                does for anything ``report`` raises).
         """
         if self.exactness_probe is None or not self.speculation.enabled or self.drafter is None:
             return
         self.target_cache.reset()
-        inv = self.exactness_probe()
+        inv = self.exactness_probe(report)
         self.exactness_probe = None
         self.invariance = inv
         self.verify_rows = inv.chunk
