@@ -26,6 +26,8 @@ def test_window_sizes() -> None:
     assert fitted(100, 4096, 2048) == 2048  # nor below the batch: the verify chunks stay the configured ones
     assert fitted(9000, 4096, 512) == 4096  # n_ctx is the cap
     assert fitted(100, 64, 512) == 64  # a window configured below the minimum is kept
+    assert fitted(246, 4096, 512, speculates=False) == 256  # plain decoding: what the reply needs
+    assert fitted(560, 4096, 512, speculates=False) == 768
     assert INITIAL >= 512 + 256  # the default max_tokens and a first message
 
 

@@ -45,11 +45,13 @@ def padded(n_ctx: int) -> int:
     return -(-n_ctx // PAD) * PAD
 
 
-def fitted(need: int, n_ctx: int, n_batch: int) -> int:
+def fitted(need: int, n_ctx: int, n_batch: int, speculates: bool = True) -> int:
     """The window in tokens for ``need`` tokens (prompt plus reply cap): ``need``
-    padded, at least :data:`MIN` and ``n_batch`` (so the probe, its cache entry and
-    the verify chunks are the configured window's), at most ``n_ctx`` (configured)."""
-    return min(n_ctx, max(padded(need), MIN, n_batch))
+    padded, at most ``n_ctx`` (configured) and, where something may speculate, at
+    least :data:`MIN` and ``n_batch`` (so the probe, its cache entry and the verify
+    chunks are the configured window's). Plain decoding needs neither (llama.cpp
+    then caps the batch at the window), and every cell more slows its steps."""
+    return min(n_ctx, max(padded(need), MIN, n_batch) if speculates else padded(need))
 
 
 def grown(ctx: Context, n_ctx: int) -> Context:
