@@ -119,7 +119,7 @@ def probe(ctx: Context, max_rows: int, deep: bool = False, report: Callable[[flo
     """
     max_rows = _rows(ctx, max_rows)
     windows = _windows(ctx, max_rows, deep)
-    total = len(windows) * (2 * max_rows - 1)  # decodes, were every size exact
+    total = len(windows) * (2 * max_rows - 1)  # decodes, were every size exact: never fewer
     done, shown = 0, 0.0
 
     def tick() -> None:
@@ -127,7 +127,7 @@ def probe(ctx: Context, max_rows: int, deep: bool = False, report: Callable[[flo
         done += 1
         if report is not None and done / total - shown >= 0.05:
             shown = done / total
-            report(min(shown, 1.0))
+            report(shown)
 
     need = windows[-1] + max_rows
     model = ctx.model

@@ -195,7 +195,8 @@ def load_speculator(
         t_load = spec.target.load
         d_load = spec.draft.load if spec.draft is not None else t_load
         need = window(t_model, template) if window is not None else INITIAL if grows(t_load) else t_load.n_ctx
-        # plain decoding throughout (`run --no-draft`): no probe, no verify batch to make room for
+        # a one-reply run that will not speculate (`run --no-draft`) needs no room for the probe or
+        # a verify batch; the app (window None) may switch speculation on later, so it keeps both
         speculates = window is None or spec.speculation.enabled
         t_window, d_window = (fitted(need, p.n_ctx, p.n_batch, speculates) for p in (t_load, d_load))
         t_ctx = Context(t_model, dataclasses.replace(t_load, n_ctx=t_window))
