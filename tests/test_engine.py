@@ -114,6 +114,42 @@ def test_a_truncate_plan_leaves_the_draft_as_a_fresh_session_would(draft_runner)
     assert fresh.propose(edited, 3, 0.0).tokens == got
 
 
+def test_a_rejection_then_a_plain_step_folds_the_correction_into_the_next_proposal(draft_runner) -> None:
+    """After a rejection the draft holds a rejected token where the correction belongs; a plain
+    step then commits one more. The sync truncates and leaves the one correction token to the
+    proposal's first call (two rows), not a decode of its own that auto would take for the
+    steady sync of every proposal taken whole (it charged ~9 ms to each step that way)."""
+    drafter = draft_runner()
+    m = drafter.model
+    context = m.tokenize("<|im_start|>user\nCount to ten.<|im_end|>\n<|im_start|>assistant\n", False)
+    drafter.sync(context)
+    proposal = drafter.propose(context, 4, 0.0).tokens
+    correction, plain = m.tokenize(" seven", False)[0], m.tokenize(" and", False)[0]
+    assert correction != proposal[1]
+    # one accepted, the second corrected, then a plain step: the draft did not see the correction
+    after = [*context, proposal[0], correction, plain]
+    info = drafter.sync(after)
+    assert info == SyncInfo("truncate", len(context) + 1, len(context) + 2, folded=True)
+    assert drafter.cache.ctx.pos_max() == len(context)  # truncated, nothing decoded yet
+    assert drafter.behind(after) == 1
+    calls: list[int] = []
+    real = drafter.cache.ctx.decode
+
+    def counted(tokens, pos0, n_logits=1):
+        calls.append(len(tokens))
+        return real(tokens, pos0, n_logits)
+
+    drafter.cache.ctx.decode = counted  # type: ignore[method-assign]
+    got = drafter.propose(after, 4, 0.0).tokens
+    drafter.cache.ctx.decode = real  # type: ignore[method-assign]
+    assert calls[0] == 2  # the correction and the plain token, in one batch
+    assert drafter.cache.state.tokens == (*after, *got[:-1])
+    assert drafter.cache.ctx.pos_max() == len(after) + len(got) - 2
+    fresh = draft_runner()
+    fresh.sync(after)
+    assert fresh.propose(after, 4, 0.0).tokens == got
+
+
 # -- greedy speculative == plain greedy ------------------------------------------------
 
 
@@ -243,7 +279,8 @@ def test_each_step_leaves_both_caches_holding_committed_tokens(spec: Speculator)
             assert st.target_top[0].id == st.committed.id  # greedy correction = target's argmax
         assert st.draft_ms >= 0 and st.verify_ms > 0
         # the one token a whole proposal leaves rides in the next proposal's first draft call
-        assert st.sync.folded == (st.sync.kind == "extend" and st.sync.end - st.sync.start == 1)
+        # (or a truncate's re-extend: a rejection, then a plain step)
+        assert st.sync.folded == (st.sync.kind in ("extend", "truncate") and st.sync.end - st.sync.start == 1)
     assert any(st.sync.folded for st in run.steps)  # greedy on the default pair: most proposals are taken whole
     # the target cache holds the prompt and the reply but the last token
     assert spec.n_past == prompt_len + run.finish.n_tokens - 1

@@ -104,7 +104,7 @@ class ModelDrafter:
 
     def sync(self, context: Sequence[int], epoch: object | None = None) -> SyncInfo:
         """Bring the cache to ``context[:-1]``, or leave an extend of up to
-        :data:`FOLD_MAX` tokens to :meth:`propose` (``SyncInfo.folded``).
+        :data:`FOLD_MAX` tokens (after a truncate too) to :meth:`propose` (``SyncInfo.folded``).
 
         Raises:
             ContextFullError, DecodeError: from the prefill (never for a folded extend).

@@ -56,8 +56,9 @@ class KvCache:
 
         ``epoch``: see :meth:`DraftSyncState.plan` (within one reply the context
         only grows, so only the new tokens are compared). ``fold``: an ``extend``
-        of at most this many tokens is only planned (``SyncInfo.folded``); the
-        caller decodes them in its next batch (:meth:`unsynced`).
+        of at most this many tokens, or a ``truncate``'s re-extend of as many, is only
+        planned (``SyncInfo.folded``); the caller decodes them in its next batch
+        (:meth:`unsynced`).
 
         Raises:
             ContextFullError, DecodeError: from the prefill; the bookkeeping then
@@ -79,6 +80,10 @@ class KvCache:
             self._extend(context, plan.from_, plan.to, cancelled)
             return SyncInfo("extend", plan.from_, plan.to)
         if isinstance(plan, Truncate) and self._truncate(plan.keep):
+            if 0 < plan.to - plan.keep <= fold and self.ctx.n_batch > fold:
+                # a rejection then a step this cache did not draft (plain): the correction token
+                # rides in the next proposal's first call, as a whole proposal's last token does
+                return SyncInfo("truncate", plan.keep, plan.to, folded=True)
             self._extend(context, plan.keep, plan.to, cancelled)
             return SyncInfo("truncate", plan.keep, plan.to)
         stop = plan.to if isinstance(plan, (Reset, Truncate)) else max(len(context) - 1, 0)
