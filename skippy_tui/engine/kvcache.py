@@ -75,12 +75,12 @@ class KvCache:
         if isinstance(plan, AlreadySynced):
             return SyncInfo("synced")
         if isinstance(plan, Extend):
-            if plan.to - plan.from_ <= fold and self.ctx.n_batch > fold:
+            if self._folds(plan.to - plan.from_, fold):
                 return SyncInfo("extend", plan.from_, plan.to, folded=True)
             self._extend(context, plan.from_, plan.to, cancelled)
             return SyncInfo("extend", plan.from_, plan.to)
         if isinstance(plan, Truncate) and self._truncate(plan.keep):
-            if 0 < plan.to - plan.keep <= fold and self.ctx.n_batch > fold:
+            if self._folds(plan.to - plan.keep, fold):
                 # a rejection then a step this cache did not draft (plain): the correction token
                 # rides in the next proposal's first call, as a whole proposal's last token does
                 return SyncInfo("truncate", plan.keep, plan.to, folded=True)
@@ -90,6 +90,10 @@ class KvCache:
         self.reset()
         self._extend(context, 0, stop, cancelled)
         return SyncInfo("reset", 0, stop)
+
+    def _folds(self, n: int, fold: int) -> bool:
+        """Whether ``n`` tokens still to decode are left to the caller's next batch."""
+        return 0 < n <= fold and self.ctx.n_batch > fold
 
     def unsynced(self, context: Sequence[int], fold: int) -> list[int]:
         """The tokens of ``context[:-1]`` a folding :meth:`sync` left undecoded: empty when
