@@ -15,7 +15,7 @@ CPU); ``--profile fast`` gets ``-fa on``. Both decode at the same positions:
 our reply's first step follows the prompt's prefill, so llama-bench gets that
 many tokens of depth (``-d``, prefilled outside its timing; ``--depth 0`` for
 its plain ``tgN``). llama-bench's context holds only those tokens; ``run`` sizes
-its own to the prompt plus ``--max-tokens`` (at least 512; ``--n-ctx`` caps it).
+its own to the prompt plus ``--max-tokens``, padded to 256 cells (``--n-ctx`` caps it).
 
     python tools/plain_compare.py                       # 10 rounds, 200 tokens
     python tools/plain_compare.py --rounds 15 --profile fast
