@@ -114,7 +114,7 @@ def test_a_truncate_plan_leaves_the_draft_as_a_fresh_session_would(draft_runner)
     assert fresh.propose(edited, 3, 0.0).tokens == got
 
 
-def test_a_rejection_then_a_plain_step_folds_the_correction_into_the_next_proposal(draft_runner) -> None:
+def test_a_rejection_then_a_plain_step_folds_the_correction_into_the_next_proposal(draft_runner, monkeypatch) -> None:
     """After a rejection the draft holds a rejected token where the correction belongs; a plain
     step then commits one more. The sync truncates and leaves the one correction token to the
     proposal's first call (two rows), not a decode of its own that auto would take for the
@@ -139,9 +139,9 @@ def test_a_rejection_then_a_plain_step_folds_the_correction_into_the_next_propos
         calls.append(len(tokens))
         return real(tokens, pos0, n_logits)
 
-    drafter.cache.ctx.decode = counted  # type: ignore[method-assign]
+    monkeypatch.setattr(drafter.cache.ctx, "decode", counted)
     got = drafter.propose(after, 4, 0.0).tokens
-    drafter.cache.ctx.decode = real  # type: ignore[method-assign]
+    monkeypatch.setattr(drafter.cache.ctx, "decode", real)
     assert calls[0] == 2  # the correction and the plain token, in one batch
     assert drafter.cache.state.tokens == (*after, *got[:-1])
     assert drafter.cache.ctx.pos_max() == len(after) + len(got) - 2
