@@ -88,6 +88,10 @@ def test_the_draft_inherits_target_keys_unless_set(tmp_path: Path) -> None:
     d = spec.draft.load
     assert (d.n_ctx, d.mlock, d.threads, d.cache_type_k) == (2048, True, 1, "q8_0")
     assert spec.target.load.cache_type_k == "f16"
+    # flash attention alone defaults per model: the draft's logits never decide a token
+    assert (spec.target.load.flash_attn, d.flash_attn) == ("off", "auto")
+    path.write_text('[target]\npath = "/m/t.gguf"\n[draft]\npath = "/m/d.gguf"\nflash_attn = "off"\n', "utf-8")
+    assert load_config(path).engine_spec().draft.load.flash_attn == "off"
     assert spec.speculation.n_draft == "auto"  # configured pairs default to adaptive k
 
 
