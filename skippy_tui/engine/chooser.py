@@ -185,7 +185,7 @@ class SourceChooser:
             raw[source] = st
         leaving = ""
         if "ngram" in raw and "model" in raw and model_behind <= 1 and self.ngram.run < COPY_RUN:
-            charged = self._leaving_model(raw["ngram"], raw["model"], model_behind)
+            charged = self._leaving_model(raw["ngram"], k_max_model, model_behind)
             leaving = " with the model's catch-up" if charged is not raw["ngram"] else ""
             raw["ngram"] = charged
         steps = {s: _charged(st, debt) for s, st in raw.items()}
@@ -263,11 +263,10 @@ class SourceChooser:
         return debt
 
     def _leaving_model(
-        self, steps: tuple[list[float], list[float]], model_steps: tuple[list[float], list[float]], model_behind: int
+        self, steps: tuple[list[float], list[float]], k_max_model: int, model_behind: int
     ) -> tuple[list[float], list[float]]:
         """The n-gram's ``(E(k), T(k))`` with each step charged the draft model's catch-up it
-        adds (ms at the current slowdown), while the model, synced (``model_steps``: its
-        ``(E(k), T(k))``, no catch-up due), beats plain decoding.
+        adds (ms at the current slowdown), while the model, synced, beats plain decoding.
 
         Used only while the model is in use (its own step came last: ``model_behind <= 1``,
         the one token it folds into its next proposal's first call) and for a match that is no
@@ -281,8 +280,8 @@ class SourceChooser:
         else as :meth:`~.adaptive.AdaptiveK.catchup_ms` estimates it.
         """
         model = self.model
-        synced = [t / m for t, m in zip(*model_steps)]
-        if model is None or max(synced[1:], default=0.0) <= synced[0]:
+        synced = model.rates(k_max_model) if model is not None else None
+        if model is None or synced is None or max(synced[1:], default=0.0) <= synced[0]:
             return steps
 
         def catch_up(tokens: float) -> float:  # ms to prefill what the model lacks after them
