@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from skippy_tui.engine.adaptive import CLIMB_AFTER, AdaptiveK
-from skippy_tui.engine.chooser import COPY_RUN, SourceChooser
+from skippy_tui.engine.chooser import SourceChooser
 from skippy_tui.engine.cost_model import Costs, expected_rates, expected_step_ms
 from skippy_tui.engine.measurements import VerifyCosts
 
@@ -407,25 +407,6 @@ def test_the_catch_up_the_ngram_left_stays_the_models():
     assert k == 0, why
     assert chooser.debt_ms(8, 30, rival=60.0) > 0.0
     assert chooser.debt_ms(8, 30, rival=250.0) == 0.0
-
-
-def test_a_chance_match_between_model_steps_is_charged_the_catch_up_it_leaves():
-    """Greedy on code, n-gram matches between the draft model's steps promised 96-110 tok/s;
-    each left the model a catch-up of its own (11-24 ms) where it would have folded one
-    token into its next proposal, and with it they made ~49 tok/s against the model's ~69.
-    A match that is no copy in progress is charged that catch-up; a copy is not (the model
-    is not coming back soon)."""
-    chooser = _code_like_chooser()
-    for i in range(12):  # the n-gram's offers, mostly right: alone it looks best
-        chooser.shadow("model", [1, 1, 1, 1], [1, 1, 1, 1] if i % 3 else [1, 1, 2, 2])
-    ngram, model = chooser.ngram.rates(4), chooser.model.rates(8)  # type: ignore[union-attr]
-    assert ngram is not None and model is not None and max(ngram[1:]) > max(model[1:])
-    chooser.ngram.run_broken()  # a chance match: the context's end copies nothing yet
-    source, k, why = chooser.choose(8, 4, 1)
-    assert (source, k) == ("model", 8), why
-    assert "ngram k=0 est" in why and why.endswith("with the model's catch-up")  # --trace says why
-    chooser.ngram.copying(COPY_RUN)  # the same offer four tokens into a copy
-    assert chooser.choose(8, 4, 1)[0] == "ngram"
 
 
 def test_a_copy_after_free_text_runs_long_within_a_few_steps():

@@ -183,11 +183,6 @@ class SourceChooser:
                 k, why = policy.choose(k_max, behind[source])  # measure it first
                 return source, k, f"auto: {source} {why.removeprefix('auto: ')}"
             raw[source] = st
-        leaving = ""
-        if "ngram" in raw and "model" in raw and model_behind <= 1 and self.ngram.run < COPY_RUN:
-            charged = self._leaving_model(raw["ngram"], k_max_model, model_behind)
-            leaving = " with the model's catch-up" if charged is not raw["ngram"] else ""
-            raw["ngram"] = charged
         steps = {s: _charged(st, debt) for s, st in raw.items()}
         rates = {s: [1000.0 * t / m for t, m in zip(*st)] for s, st in steps.items()}
         best = {s: (best_k(r), max(r)) for s, r in rates.items()}  # each source's k: its best tokens/s
@@ -230,7 +225,6 @@ class SourceChooser:
             return other, k, f"auto: {other} explore k={k} est {offered[k]:.1f} tok/s{note}"
         k, why = self.policy(chosen).choose(options[chosen], behind[chosen], rates[chosen])
         note = f"; {other} k={best[other][0]} est {best[other][1]:.1f}" if other is not None else ""
-        note += leaving if other == "ngram" else ""
         return chosen, k, f"auto: {chosen} {why.removeprefix('auto: ')}{note}{_debt_note(debt)}"
 
     def debt_ms(self, k_max_model: int, model_behind: int, rival: float = 0.0) -> float:
@@ -261,38 +255,6 @@ class SourceChooser:
         if max(synced[1:], default=0.0) <= max(synced[0], _with_debt(rival, debt)):
             return 0.0
         return debt
-
-    def _leaving_model(
-        self, steps: tuple[list[float], list[float]], k_max_model: int, model_behind: int
-    ) -> tuple[list[float], list[float]]:
-        """The n-gram's ``(E(k), T(k))`` with each step charged the draft model's catch-up it
-        adds (ms at the current slowdown), while the model, synced, beats plain decoding.
-
-        Used only while the model is in use (its own step came last: ``model_behind <= 1``,
-        the one token it folds into its next proposal's first call) and for a match that is no
-        copy in progress (:data:`COPY_RUN`). A chance match between two model steps leaves
-        the model its tokens to prefill in a call of their own: greedy, on code, such matches
-        promised 96-110 tokens/s, each was followed by an 11-24 ms catch-up, and with it they
-        made ~49 tokens/s against the model's ~69 (the default 0.83-0.88 of k = 8 there). A
-        copy runs on, and the model is not coming back soon: charged wherever a copy restarted
-        after an edit, the model took 22-68 % of code-edit's time at 45 tokens/s against the
-        n-gram's 80-84. Measured as the draft's own catch-up syncs by length (its ``prefill``),
-        else as :meth:`~.adaptive.AdaptiveK.catchup_ms` estimates it.
-        """
-        model = self.model
-        synced = model.rates(k_max_model) if model is not None else None
-        if model is None or synced is None or max(synced[1:], default=0.0) <= synced[0]:
-            return steps
-
-        def catch_up(tokens: float) -> float:  # ms to prefill what the model lacks after them
-            b = model_behind + tokens
-            if b <= 1:
-                return 0.0  # folded, as after the model's own step
-            at = model.prefill.at(b)
-            return (at if at is not None else model.catchup_ms(round(b))) * model.slowdown
-
-        e, ms = steps
-        return e, [ms[0]] + [m + catch_up(t) for t, m in zip(e[1:], ms[1:])]
 
     def handoff_pays(self, k_max_ngram: int, run: int) -> bool:
         """Whether a model step should stop for the n-gram once its tokens begin a copy
