@@ -264,6 +264,31 @@ def test_steady_syncs_are_kept_by_kind_not_as_one_median():
     assert single[0] == ms[0]  # plain steps are charged no sync either way
 
 
+def test_a_folded_catch_up_is_a_catch_up_not_a_steady_first_call():
+    """A catch-up of a few tokens decoded in the first draft call (drafters.FOLD_MAX) makes
+    that call dearer by what it caught up on: it ends the streak like a prefilled catch-up,
+    stays out of the steady first call's and sync's medians and out of the per-call cost,
+    and a probe is judged without it."""
+    policy = AdaptiveK()
+    policy.observe(k=0, n_proposed=0, n_accepted=0, verify_ms=20.0)
+    for _ in range(5):  # steady steps: a 13 ms first call (the folded last token), then 8 ms calls
+        policy.observe(
+            k=4, n_proposed=4, n_accepted=4, sync_ms=0.1, draft_ms=37.0, verify_ms=30.0,
+            sync_tokens=0, folded_tokens=1, draft_calls_ms=(13.0, 8.0, 8.0, 8.0),
+        )  # fmt: skip
+    first, call, sync, streak = policy.draft_first.value, policy.draft_call.value, policy.sync.value, policy._streak
+    assert first == pytest.approx(13.0) and streak == 5
+    # three tokens behind, folded: the first call decodes 4 rows (+9 ms)
+    policy.observe(
+        k=4, n_proposed=4, n_accepted=4, sync_ms=0.1, draft_ms=46.0, verify_ms=30.0,
+        sync_tokens=0, folded_tokens=3, draft_calls_ms=(22.0, 8.0, 8.0, 8.0),
+    )  # fmt: skip
+    assert policy.draft_first.value == pytest.approx(first) and policy.sync.value == pytest.approx(sync)
+    assert policy.draft_call.value == pytest.approx(call)  # 46 - 9 over 4 calls: the steady sample
+    assert policy.streaks.value == 5 and policy._streak == 1  # the streak before it ended
+    assert policy._folded_ms((22.0,)) == pytest.approx(9.0)
+
+
 def test_chooser_finds_the_acceptance_cliff():
     policy = AdaptiveK()
     feed(policy, 80, 8, verify=lambda b: 30.0 + 1.0 * (b - 1), draft_ms=3.0, accepted=lambda k: min(k, 3))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import PROMPTS, Run, assert_verified_in_batches, load, restore, user
 
-from skippy_tui.engine.drafters import ModelDrafter, Proposal
+from skippy_tui.engine.drafters import FOLD_MAX, ModelDrafter, Proposal
 from skippy_tui.engine.events import SyncInfo
 from skippy_tui.engine.invariance import cpu_model
 from skippy_tui.engine.native import Context, LoadParams, Model
@@ -150,6 +150,41 @@ def test_a_rejection_then_a_plain_step_folds_the_correction_into_the_next_propos
     assert fresh.propose(after, 4, 0.0).tokens == got
 
 
+def test_a_short_catch_up_folds_into_the_first_call_and_proposes_what_a_fresh_draft_does(
+    draft_runner, monkeypatch
+) -> None:
+    """Tokens the draft did not see (an n-gram step's, a few plain steps') up to FOLD_MAX
+    are decoded with the token drafting starts from, in one batch: one draft call fewer
+    than a prefill then a one-row call, and the same proposal."""
+    drafter = draft_runner()
+    m = drafter.model
+    context = m.tokenize("<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n", False)
+    drafter.sync(context)
+    drafter.propose(context, 1, 0.0)  # drafting decodes context[-1]: the cache holds the context
+    # what steps the draft did not draft committed: it lacks all but the last, which drafting starts from
+    added = m.tokenize(" Red, blue and green, of course.", False)[: FOLD_MAX + 1]
+    behind = [*context, *added]
+    assert drafter.behind(behind) == FOLD_MAX
+    info = drafter.sync(behind)
+    assert info == SyncInfo("extend", len(context), len(behind) - 1, folded=True)
+    assert drafter.cache.ctx.pos_max() == len(context) - 1  # planned, not decoded
+    calls: list[int] = []
+    real = drafter.cache.ctx.decode
+
+    def counted(tokens, pos0, n_logits=1):
+        calls.append(len(tokens))
+        return real(tokens, pos0, n_logits)
+
+    monkeypatch.setattr(drafter.cache.ctx, "decode", counted)
+    got = drafter.propose(behind, 4, 0.0).tokens
+    monkeypatch.setattr(drafter.cache.ctx, "decode", real)
+    assert calls == [FOLD_MAX + 1, *[1] * (len(calls) - 1)]  # the catch-up and behind[-1]: one batch
+    assert drafter.cache.state.tokens == (*behind, *got[:-1])
+    fresh = draft_runner()
+    fresh.sync(behind)
+    assert fresh.propose(behind, 4, 0.0).tokens == got
+
+
 # -- greedy speculative == plain greedy ------------------------------------------------
 
 
@@ -279,8 +314,9 @@ def test_each_step_leaves_both_caches_holding_committed_tokens(spec: Speculator)
             assert st.target_top[0].id == st.committed.id  # greedy correction = target's argmax
         assert st.draft_ms >= 0 and st.verify_ms > 0
         # the one token a whole proposal leaves rides in the next proposal's first draft call
-        # (or a truncate's re-extend: a rejection, then a plain step)
-        assert st.sync.folded == (st.sync.kind in ("extend", "truncate") and st.sync.end - st.sync.start == 1)
+        # (or a truncate's re-extend: a rejection, then a plain step), as a short catch-up does
+        n_sync = st.sync.end - st.sync.start
+        assert st.sync.folded == (st.sync.kind in ("extend", "truncate") and 0 < n_sync <= FOLD_MAX)
     assert any(st.sync.folded for st in run.steps)  # greedy on the default pair: most proposals are taken whole
     # the target cache holds the prompt and the reply but the last token
     assert spec.n_past == prompt_len + run.finish.n_tokens - 1
@@ -573,10 +609,10 @@ def test_a_folded_sync_whose_first_decode_fails_records_nothing_and_is_planned_a
     fresh = draft_runner()
     fresh.sync(extended)
     assert got == fresh.propose(extended, 4, 0.0).tokens
-    # a longer extend (a catch-up) is a prefill of its own
-    longer = [*extended, *got, *m.tokenize(" blue and green", False)]
+    # a longer extend (a catch-up past FOLD_MAX) is a prefill of its own
+    longer = [*extended, *got, *m.tokenize(" blue and green and a little yellow", False)]
     info = drafter.sync(longer)
-    assert info.kind == "extend" and info.end - info.start > 1 and not info.folded
+    assert info.kind == "extend" and info.end - info.start > FOLD_MAX and not info.folded
     assert drafter.cache.state.tokens == tuple(longer[:-1])
 
 

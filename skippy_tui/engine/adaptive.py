@@ -16,7 +16,9 @@ terms, in ms, as the median of its most recent measurements:
   (``s`` and ``w``, charged through ``A(k)``: :mod:`~.cost_model`), plus ``C(b) / H``:
 * ``C(b)``: the catch-up, what syncing a draft ``b`` tokens behind costs more
   than ``s`` (``b`` grows with every step it did not draft: plain steps, or
-  the other source's). Measured by prefill length like ``V``; before that,
+  the other source's). Measured by prefill length like ``V`` (a catch-up short
+  enough to fold into the first draft call is timed there, and kept out of the
+  steady first call's median); before that,
   ``s`` scaled by the target's relative cost per extra row. Spread over ``H``
   steps, how many the source recently drafted in a row after a catch-up
   (``catchup_horizon`` until measured): a model kept for long after a switch
@@ -232,6 +234,7 @@ class AdaptiveK:
         step_ms: float | None = None,
         rollback_ms: float = 0.0,
         sync_tokens: int | None = None,
+        folded_tokens: int = 0,
         draft_calls_ms: Sequence[float] = (),
         cold: bool = False,
         expected: Sequence[float | None] = (),
@@ -242,19 +245,23 @@ class AdaptiveK:
         Times in ms; ``step_ms`` is the whole step, ``rollback_ms`` the part of it a
         rejection added (0 for a step that rejected nothing). ``sync_tokens``: what
         the draft's sync prefilled (None: unknown; then only a sync right after a
-        drafted step counts as steady). ``draft_calls_ms``: each draft decode's ms,
-        when the source times them (the first call is modelled apart). ``cold``: the
-        reply's first step, which runs after the prompt's prefill (10-20 % slower than
-        the steps after it): its times are kept only for what was never measured.
+        drafted step counts as steady). ``folded_tokens``: what the sync left to the
+        first draft call instead (more than one: a catch-up). ``draft_calls_ms``: each
+        draft decode's ms, when the source times them (the first call is modelled
+        apart). ``cold``: the reply's first step, which runs after the prompt's prefill
+        (10-20 % slower than the steps after it): its times are kept only for what was
+        never measured.
         ``expected``: each judged position's probability of acceptance, when the
         sampler knows it (:attr:`~.verify.Verdict.expected`), counted instead of the outcome.
         """
         ms = step_ms if step_ms is not None else sync_ms + draft_ms + verify_ms + rollback_ms
         plain, self._probe_plain = self._probe_plain, None
-        catch_up = sync_tokens is not None and sync_tokens > 1  # after steps this source did not draft
+        folded = folded_tokens > 1  # a catch-up decoded in the first draft call
+        catch_up = folded or (sync_tokens is not None and sync_tokens > 1)  # after steps this source did not draft
+        catch_up_ms = self._folded_ms(draft_calls_ms) if folded else sync_ms
         # a probe is judged without its catch-up: that was the plain streak's debt, and the
         # probe that follows a won one starts synced and does not pay it again
-        judged = ms - sync_ms if catch_up else ms
+        judged = ms - catch_up_ms if catch_up else ms
         self._probe_won = k > 0 and plain is not None and judged > 0 and 1000.0 * (n_accepted + 1) / judged > plain
         self._probe_min_k = 2 * k if self._probe_won and n_accepted >= k else 0
         batch = n_proposed + 1
@@ -277,14 +284,14 @@ class AdaptiveK:
             self.rollback.add(rollback_ms / f)
         if k > 0:
             self._draft_speeds.add(f)
-            sample = draft_ms / max(1, min(k, n_proposed + 1)) / f
+            sample = (draft_ms - (catch_up_ms if folded else 0.0)) / max(1, min(k, n_proposed + 1)) / f
             if (est := self.draft_call.value) is not None and sample < 0.5 * est:
                 # the draft runs at under half its recorded cost: whatever slowed the earlier
                 # samples (a load spike, first-touch paging) is over, and a median of them would
                 # keep auto on plain steps for many probes; its sync is a draft decode too
                 self._forget_draft_costs()
             self.draft_call.add(sample)
-            if draft_calls_ms:
+            if draft_calls_ms and not folded:  # a folded catch-up's first call is no steady one
                 self.draft_first.add(draft_calls_ms[0] / f)
                 if len(draft_calls_ms) > 1:
                     self.draft_next.add(sum(draft_calls_ms[1:]) / (len(draft_calls_ms) - 1) / f)
@@ -296,11 +303,19 @@ class AdaptiveK:
                 self._streak = 0
             self._streak += 1
             # the steady sync: a catch-up after steps this source did not draft is C(b), not s
-            if (sync_tokens is not None and sync_tokens <= 1) or (sync_tokens is None and self._prev_k > 0):
+            if not catch_up and (sync_tokens is not None or self._prev_k > 0):
                 self.sync.add(sync_ms / f)
                 if sync_tokens is not None:
                     (self.sync_one if sync_tokens else self.sync_none).add(sync_ms / f)
         self._count_step(k, n_proposed, n_accepted, expected)
+
+    def _folded_ms(self, draft_calls_ms: Sequence[float]) -> float:
+        """What a folded catch-up added to the first draft call (ms): that call over a
+        steady first call (0 before one is measured)."""
+        if not draft_calls_ms:
+            return 0.0
+        steady = self.draft_first.value
+        return max(draft_calls_ms[0] - steady * self.slowdown, 0.0) if steady is not None else 0.0
 
     def _count_step(self, k: int, n_proposed: int, n_accepted: int, expected: Sequence[float | None] = ()) -> None:
         """What every observed step adds, its times aside: a drafted step's acceptance."""

@@ -609,14 +609,15 @@ class Speculator:
                 self.k_policy.shadow(proposed_by, step.choice.ngram_offer, committed.tokens[: committed.n_looked])
         info = synced.info
         # a folded extend decoded nothing in the sync: its cost is in the first draft call
-        sync_tokens = info.end - info.start if info.kind in ("extend", "truncate", "reset") and not info.folded else 0
+        ranged = info.end - info.start if info.kind in ("extend", "truncate", "reset") else 0
+        sync_tokens, folded_tokens = (0, ranged) if info.folded else (ranged, 0)
         # a proposal the n-gram took over from (a hand-off) offered all it was let offer
         k = n_proposed if proposed.proposal.stopped else step.choice.k
         step.choice.policy.observe(
             k=k, n_proposed=n_proposed, n_accepted=committed.n_accepted,
             sync_ms=synced.ms, draft_ms=proposed.ms, verify_ms=verified.ms, step_ms=step_ms,
             rollback_ms=rollback_ms, cold=cold,
-            sync_tokens=sync_tokens,
+            sync_tokens=sync_tokens, folded_tokens=folded_tokens,
             draft_calls_ms=proposed.proposal.call_ms, expected=verified.verdict.expected,
         )  # fmt: skip
 
