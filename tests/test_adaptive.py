@@ -276,17 +276,48 @@ def test_a_folded_catch_up_is_a_catch_up_not_a_steady_first_call():
             k=4, n_proposed=4, n_accepted=4, sync_ms=0.1, draft_ms=37.0, verify_ms=30.0,
             sync_tokens=0, folded_tokens=1, draft_calls_ms=(13.0, 8.0, 8.0, 8.0),
         )  # fmt: skip
-    first, call, sync, streak = policy.draft_first.value, policy.draft_call.value, policy.sync.value, policy._streak
+    first, call, sync = policy.draft_first_fold.value, policy.draft_call.value, policy.sync.value
+    streak = policy._streak
     assert first == pytest.approx(13.0) and streak == 5
     # three tokens behind, folded: the first call decodes 4 rows (+9 ms)
     policy.observe(
         k=4, n_proposed=4, n_accepted=4, sync_ms=0.1, draft_ms=46.0, verify_ms=30.0,
         sync_tokens=0, folded_tokens=3, draft_calls_ms=(22.0, 8.0, 8.0, 8.0),
     )  # fmt: skip
-    assert policy.draft_first.value == pytest.approx(first) and policy.sync.value == pytest.approx(sync)
+    assert policy.draft_first_fold.value == pytest.approx(first) and policy.draft_first.value is None
+    assert policy.sync.value == pytest.approx(sync)
     assert policy.draft_call.value == pytest.approx(call)  # 46 - 9 over 4 calls: the steady sample
     assert policy.streaks.value == 5 and policy._streak == 1  # the streak before it ended
     assert policy._folded_ms((22.0,)) == pytest.approx(9.0)
+
+
+def test_a_folding_drafters_first_calls_are_kept_by_rows_and_w_restored():
+    """A draft that folds the last token of a proposal taken whole into its next first call
+    (drafters.FOLD_MAX) has two first calls: 13.7 ms (two rows) after a whole proposal, 8.6 ms
+    (one) after a rejection. One median of both charged every k whichever was more common;
+    kept apart, the one-row call is c_1 and the second row is w, charged through A(k)."""
+    policy = AdaptiveK()
+    policy.observe(k=0, n_proposed=0, n_accepted=0, verify_ms=20.0)
+    for i in range(30):  # 2 of every 3 steps follow a proposal taken whole
+        fold = int(i % 3 != 0)
+        policy.observe(
+            k=4, n_proposed=4, n_accepted=4 if fold else 2, sync_ms=0.1, draft_ms=(13.7 if fold else 8.6) + 24.0,
+            verify_ms=30.0, sync_tokens=0, folded_tokens=fold,
+            draft_calls_ms=(13.7 if fold else 8.6, 8.0, 8.0, 8.0),
+        )  # fmt: skip
+    costs = policy.costs(8)
+    assert costs is not None
+    assert costs.draft_first == pytest.approx(8.6) and costs.sync_whole == pytest.approx(5.1)
+    assert costs.sync == pytest.approx(0.1)
+    # only whole proposals seen so far: their first call is c_1, no w is known
+    whole_only = AdaptiveK()
+    whole_only.observe(k=0, n_proposed=0, n_accepted=0, verify_ms=20.0)
+    whole_only.observe(
+        k=4, n_proposed=4, n_accepted=4, sync_ms=0.1, draft_ms=37.7, verify_ms=30.0,
+        sync_tokens=0, folded_tokens=1, draft_calls_ms=(13.7, 8.0, 8.0, 8.0),
+    )  # fmt: skip
+    only = whole_only.costs(8)
+    assert only is not None and only.draft_first == pytest.approx(13.7) and only.sync_whole == 0.0
 
 
 def test_chooser_finds_the_acceptance_cliff():

@@ -13,7 +13,9 @@ terms, in ms, as the median of its most recent measurements:
   steps, which never roll back;
 * ``s``: the draft's steady sync, of a step that follows one it drafted: after a
   rejection a truncate, after a proposal taken whole a one-token extend, kept apart
-  (``s`` and ``w``, charged through ``A(k)``: :mod:`~.cost_model`), plus ``C(b) / H``:
+  (``s`` and ``w``, charged through ``A(k)``: :mod:`~.cost_model`; a drafter that folds
+  that token into its next first call pays ``w`` there, so its first calls are kept
+  apart the same way, one row or two), plus ``C(b) / H``:
 * ``C(b)``: the catch-up, what syncing a draft ``b`` tokens behind costs more
   than ``s`` (``b`` grows with every step it did not draft: plain steps, or
   the other source's). Measured by prefill length like ``V`` (a catch-up short
@@ -175,6 +177,7 @@ class AdaptiveK:
         self._streak = 0
         self.draft_call = Recent()  # ms per call, the step's draft time over its calls
         self.draft_first = Recent()  # ms of a proposal's first call, when timed one by one
+        self.draft_first_fold = Recent()  # ... of those that also decoded a folded token (a whole proposal's last)
         self.draft_next = Recent()  # ms of each later call (the mean over a step's)
         self.prefill = VerifyCosts()  # the draft's sync ms by tokens prefilled
         self.sync = Recent()  # every steady sync (none behind, or the one token a whole proposal left)
@@ -218,6 +221,7 @@ class AdaptiveK:
 
     def _forget_draft_costs(self) -> None:
         self.draft_call, self.draft_first, self.draft_next, self.sync = Recent(), Recent(), Recent(), Recent()
+        self.draft_first_fold = Recent()
         self.sync_none, self.sync_one = Recent(), Recent()
         self._draft_speeds = Recent()
         self.prefill = VerifyCosts()
@@ -292,7 +296,8 @@ class AdaptiveK:
                 self._forget_draft_costs()
             self.draft_call.add(sample)
             if draft_calls_ms and not folded:  # a folded catch-up's first call is no steady one
-                self.draft_first.add(draft_calls_ms[0] / f)
+                # two rows after a proposal taken whole, one after a rejection: kept apart (w)
+                (self.draft_first_fold if folded_tokens else self.draft_first).add(draft_calls_ms[0] / f)
                 if len(draft_calls_ms) > 1:
                     self.draft_next.add(sum(draft_calls_ms[1:]) / (len(draft_calls_ms) - 1) / f)
             if sync_tokens:
@@ -314,7 +319,7 @@ class AdaptiveK:
         steady first call (0 before one is measured)."""
         if not draft_calls_ms:
             return 0.0
-        steady = self.draft_first.value
+        steady = self.draft_first_fold.value or self.draft_first.value
         return max(draft_calls_ms[0] - steady * self.slowdown, 0.0) if steady is not None else 0.0
 
     def _count_step(self, k: int, n_proposed: int, n_accepted: int, expected: Sequence[float | None] = ()) -> None:
@@ -456,7 +461,8 @@ class AdaptiveK:
         if d is None or self.verify.at(1) is None:
             return None
         f = self.slowdown
-        first, per_call = self.draft_first.value, d
+        one_row, first = self.draft_first.value, self.draft_first.value or self.draft_first_fold.value
+        per_call = d
         if first is not None:
             per_call = self.draft_next.value if self.draft_next.value is not None else first
         s = self.sync.value if self.sync.value is not None else (first or d)
@@ -466,6 +472,9 @@ class AdaptiveK:
             # steps' k made the more common: ~0 ms after a rejection, a draft decode after a
             # proposal taken whole. Each step is charged its own mix (Costs.sync_whole).
             s, whole = self.sync_none.value, max(self.sync_one.value - self.sync_none.value, 0.0)
+        elif one_row is not None and self.draft_first_fold.value is not None:
+            # a drafter that folds that token into the next first call: w is that call's second row
+            whole = max(self.draft_first_fold.value - one_row, 0.0)
         s += self.catchup_ms(behind) / max(horizon or self.horizon, 1.0)
         return dataclasses.replace(
             self._target_costs(k_max),

@@ -15,7 +15,8 @@ Per step with ``k`` proposed tokens (ms)::
   catch-up included, :meth:`~.adaptive.AdaptiveK.costs`); ``w``: what a proposal taken
   whole adds to the next sync, charged through ``A(k)``, the probability that all ``k``
   tokens are offered and accepted (the draft never decoded its last proposed token, so the
-  next sync decodes it; after a rejection the sync only truncates); ``r``: what a rejection
+  next sync, or the next proposal's first call, decodes it; after a rejection the sync only
+  truncates); ``r``: what a rejection
   adds to its step, charged through ``R(k)``, the probability that a step proposing up to
   ``k`` tokens has one rejected (plain steps never roll back);
 * ``c_1``, ``c_d``: the draft's first call of a proposal and each later one;
