@@ -114,6 +114,23 @@ def test_a_truncate_plan_leaves_the_draft_as_a_fresh_session_would(draft_runner)
     assert fresh.propose(edited, 3, 0.0).tokens == got
 
 
+def _propose_counting_decodes(
+    drafter: ModelDrafter, context: list[int], monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[int], tuple[int, ...]]:
+    """Rows of each draft decode a 4-token proposal after ``context`` made, and its tokens."""
+    calls: list[int] = []
+    real = drafter.cache.ctx.decode
+
+    def counted(tokens, pos0, n_logits=1):
+        calls.append(len(tokens))
+        return real(tokens, pos0, n_logits)
+
+    monkeypatch.setattr(drafter.cache.ctx, "decode", counted)
+    got = drafter.propose(context, 4, 0.0).tokens
+    monkeypatch.setattr(drafter.cache.ctx, "decode", real)
+    return calls, got
+
+
 def test_a_rejection_then_a_plain_step_folds_the_correction_into_the_next_proposal(draft_runner, monkeypatch) -> None:
     """After a rejection the draft holds a rejected token where the correction belongs; a plain
     step then commits one more. The sync truncates and leaves the one correction token to the
@@ -132,16 +149,7 @@ def test_a_rejection_then_a_plain_step_folds_the_correction_into_the_next_propos
     assert info == SyncInfo("truncate", len(context) + 1, len(context) + 2, folded=True)
     assert drafter.cache.ctx.pos_max() == len(context)  # truncated, nothing decoded yet
     assert drafter.behind(after) == 1
-    calls: list[int] = []
-    real = drafter.cache.ctx.decode
-
-    def counted(tokens, pos0, n_logits=1):
-        calls.append(len(tokens))
-        return real(tokens, pos0, n_logits)
-
-    monkeypatch.setattr(drafter.cache.ctx, "decode", counted)
-    got = drafter.propose(after, 4, 0.0).tokens
-    monkeypatch.setattr(drafter.cache.ctx, "decode", real)
+    calls, got = _propose_counting_decodes(drafter, after, monkeypatch)
     assert calls[0] == 2  # the correction and the plain token, in one batch
     assert drafter.cache.state.tokens == (*after, *got[:-1])
     assert drafter.cache.ctx.pos_max() == len(after) + len(got) - 2
@@ -168,16 +176,7 @@ def test_a_short_catch_up_folds_into_the_first_call_and_proposes_what_a_fresh_dr
     info = drafter.sync(behind)
     assert info == SyncInfo("extend", len(context), len(behind) - 1, folded=True)
     assert drafter.cache.ctx.pos_max() == len(context) - 1  # planned, not decoded
-    calls: list[int] = []
-    real = drafter.cache.ctx.decode
-
-    def counted(tokens, pos0, n_logits=1):
-        calls.append(len(tokens))
-        return real(tokens, pos0, n_logits)
-
-    monkeypatch.setattr(drafter.cache.ctx, "decode", counted)
-    got = drafter.propose(behind, 4, 0.0).tokens
-    monkeypatch.setattr(drafter.cache.ctx, "decode", real)
+    calls, got = _propose_counting_decodes(drafter, behind, monkeypatch)
     assert calls == [FOLD_MAX + 1, *[1] * (len(calls) - 1)]  # the catch-up and behind[-1]: one batch
     assert drafter.cache.state.tokens == (*behind, *got[:-1])
     fresh = draft_runner()
