@@ -16,9 +16,9 @@ Per step with ``k`` proposed tokens (ms)::
   whole adds to the next sync, charged through ``A(k)``, the probability that all ``k``
   tokens are offered and accepted (the draft never decoded its last proposed token, so the
   next sync, or the next proposal's first call, decodes it; after a rejection the sync only
-  truncates); ``r``: what a rejection
-  adds to its step, charged through ``R(k)``, the probability that a step proposing up to
-  ``k`` tokens has one rejected (plain steps never roll back);
+  truncates); ``r``: what a rejection adds to its step, charged through ``R(k)``, the
+  probability that a step proposing up to ``k`` tokens has one rejected (plain steps never
+  roll back);
 * ``c_1``, ``c_d``: the draft's first call of a proposal and each later one;
 * ``V(b)``: the target's verify ms for ``b`` rows (linear between integer sizes);
 * ``D(k) = sum_{i=1..k} P(m >= i-1)`` draft calls, ``M(k) = sum_{i=1..k} P(m >= i)``
