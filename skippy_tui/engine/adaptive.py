@@ -262,10 +262,10 @@ class AdaptiveK:
         plain, self._probe_plain = self._probe_plain, None
         folded = folded_tokens > 1  # a catch-up decoded in the first draft call
         catch_up = folded or (sync_tokens is not None and sync_tokens > 1)  # after steps this source did not draft
-        catch_up_ms = self._folded_ms(draft_calls_ms) if folded else sync_ms
+        fold_ms = self._folded_ms(draft_calls_ms) if folded else 0.0  # the catch-up's part of the first call
         # a probe is judged without its catch-up: that was the plain streak's debt, and the
         # probe that follows a won one starts synced and does not pay it again
-        judged = ms - catch_up_ms if catch_up else ms
+        judged = ms - (fold_ms if folded else sync_ms) if catch_up else ms
         self._probe_won = k > 0 and plain is not None and judged > 0 and 1000.0 * (n_accepted + 1) / judged > plain
         self._probe_min_k = 2 * k if self._probe_won and n_accepted >= k else 0
         batch = n_proposed + 1
@@ -288,7 +288,7 @@ class AdaptiveK:
             self.rollback.add(rollback_ms / f)
         if k > 0:
             self._draft_speeds.add(f)
-            sample = (draft_ms - (catch_up_ms if folded else 0.0)) / max(1, min(k, n_proposed + 1)) / f
+            sample = (draft_ms - fold_ms) / max(1, min(k, n_proposed + 1)) / f
             if (est := self.draft_call.value) is not None and sample < 0.5 * est:
                 # the draft runs at under half its recorded cost: whatever slowed the earlier
                 # samples (a load spike, first-touch paging) is over, and a median of them would
@@ -319,7 +319,9 @@ class AdaptiveK:
         steady first call (0 before one is measured)."""
         if not draft_calls_ms:
             return 0.0
-        steady = self.draft_first_fold.value or self.draft_first.value
+        steady = self.draft_first_fold.value
+        if steady is None:
+            steady = self.draft_first.value
         return max(draft_calls_ms[0] - steady * self.slowdown, 0.0) if steady is not None else 0.0
 
     def _count_step(self, k: int, n_proposed: int, n_accepted: int, expected: Sequence[float | None] = ()) -> None:
@@ -461,8 +463,9 @@ class AdaptiveK:
         if d is None or self.verify.at(1) is None:
             return None
         f = self.slowdown
-        one_row, first = self.draft_first.value, self.draft_first.value or self.draft_first_fold.value
-        per_call = d
+        # the two first-call medians, each read once (costs() runs several times a step)
+        one_row, two_rows = self.draft_first.value, self.draft_first_fold.value
+        first, per_call = (one_row if one_row is not None else two_rows), d
         if first is not None:
             per_call = self.draft_next.value if self.draft_next.value is not None else first
         s = self.sync.value if self.sync.value is not None else (first or d)
@@ -472,9 +475,9 @@ class AdaptiveK:
             # steps' k made the more common: ~0 ms after a rejection, a draft decode after a
             # proposal taken whole. Each step is charged its own mix (Costs.sync_whole).
             s, whole = self.sync_none.value, max(self.sync_one.value - self.sync_none.value, 0.0)
-        elif one_row is not None and self.draft_first_fold.value is not None:
+        elif one_row is not None and two_rows is not None:
             # a drafter that folds that token into the next first call: w is that call's second row
-            whole = max(self.draft_first_fold.value - one_row, 0.0)
+            whole = max(two_rows - one_row, 0.0)
         s += self.catchup_ms(behind) / max(horizon or self.horizon, 1.0)
         return dataclasses.replace(
             self._target_costs(k_max),
