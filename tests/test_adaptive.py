@@ -13,7 +13,7 @@ from helpers import Run, assert_verified_in_batches, load, restore, user
 from skippy_tui.config import Config, ConfigError
 from skippy_tui.engine import chooser as chooser_module
 from skippy_tui.engine.adaptive import AdaptiveK
-from skippy_tui.engine.chooser import PAUSE_BREAKS, SourceChooser
+from skippy_tui.engine.chooser import HANDOFF_HIT, PAUSE_BREAKS, SourceChooser
 from skippy_tui.engine.cost_model import (
     Costs,
     best_k,
@@ -467,6 +467,54 @@ def test_the_model_hands_a_copy_to_the_ngram_only_where_the_ngram_then_wins(ngra
     chooser.choose(8, 0)
     assert chooser.ngram.judged and "model" in chooser.last
     assert chooser.handoff_pays(32, 2) is ngram_right
+
+
+def _handoffs(chooser: SourceChooser, went_on: list[int | None]) -> list[bool]:
+    """Steps where a copy begins in the model's proposal (the gate asked), each followed by
+    a step whose n-gram offer got ``went_on[i]`` tokens right (None: it had no offer);
+    the gate's answers. The copy step's own offer, judged in that step, was right: it
+    began the copy and says nothing of whether it goes on."""
+    verdicts = []
+    for right in went_on:
+        chooser.choose(8, 0)
+        verdicts.append(chooser.handoff_pays(32, 2))
+        chooser.copy_judged(4, 4)
+        chooser.choose(8, 4 if right is not None else 0)
+        if right is not None:
+            chooser.copy_judged(4, right)
+    return verdicts
+
+
+@pytest.mark.parametrize(
+    ("went_on", "handed_off"),
+    [
+        # copies that go on: every one is handed to the n-gram
+        ([4, 3, HANDOFF_HIT, 4, 4, 4], [True] * 6),
+        # code's 4-token suffix matches that stop at once (or leave no match): the first cut
+        # proposal is the last
+        ([1, 0, None, 1, 0, 1], [True] + [False] * 5),
+        # one copy in two goes on: keeps handing off (the record stays at 0.4 or above)
+        ([4, 0, 4, 0, 4, 0, 4, 0], [True] * 8),
+        # stopped copies, then copies that go on (judged though not handed off): back to hand-offs
+        ([0, 4, 4, 4], [True, False, True, True]),
+    ],
+)
+def test_the_model_stops_for_copies_only_while_they_go_on(went_on, handed_off):
+    """A copy begun in a model proposal counts as one that went on when the next step's
+    n-gram offer got HANDOFF_HIT tokens right; once fewer than 0.4 of a reply's did, the
+    model stops for none, until they go on again. A new reply starts from the prior."""
+    chooser = _chooser(shadowed=True)
+    feed_sources(
+        chooser, 80, lambda i: 8 if i % 4 == 0 else 0, lambda b: 30.0 + 1.5 * (b - 1), 3.0,
+        {"ngram": lambda k: k, "model": lambda k: k},
+    )  # fmt: skip
+    chooser.new_reply()
+    chooser.choose(8, 0)
+    assert chooser.handoff_pays(32, 2)  # the n-gram is expected to win a copy
+    chooser.new_reply()
+    assert _handoffs(chooser, went_on) == handed_off
+    chooser.new_reply()
+    assert _handoffs(chooser, [0]) == [True]
 
 
 def test_without_a_match_the_model_drafts_and_without_a_model_the_ngram_does():

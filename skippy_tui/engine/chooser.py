@@ -36,6 +36,20 @@ still matched its source now and then, each match broke at once, and the reply w
 plain steps for a copy that never came back (seven in a row, at 39 tok/s while the draft
 model made 54)."""
 
+HANDOFF_HIT = 2
+"""Tokens the n-gram's next judged offer must get right for a copy begun in a model
+proposal to count as one that went on (a hand-off that paid)."""
+
+HANDOFF_PRIOR = (1.0, 2.0)
+"""Prior (copies that went on, copies begun) of a reply's hand-off record."""
+
+HANDOFF_MIN_RATE = 0.4
+"""Share of a reply's copies begun in model proposals that must have gone on for the
+model to keep stopping for the n-gram. On code, a 4-token suffix match is common and
+rarely goes on: of 8 hand-offs in three greedy replies, 2 were followed by an n-gram
+step accepting 2 or more, and each cut proposal was one more ~22 ms step (the default
+made 128 tokens in 21-25 steps where k = 8 made 15)."""
+
 DEBT_SPAN = 8
 """Tokens over which the draft model's catch-up cost per token is measured (its slope), and
 the most the n-gram's steps may have left it behind for plain steps to be charged for it."""
@@ -107,6 +121,13 @@ class SourceChooser:
         self._ngram_rate, self._ngram_age = 0.0, NGRAM_RECENT + 1  # its best expected rate at its last match
         self._breaks = 0  # offers of the n-gram not taken whole since then
         self._plain_skipped = 0  # tokens plain steps committed since the draft model last drafted
+        self._new_handoffs()
+
+    def _new_handoffs(self) -> None:
+        self._copies_on, self._copies_begun = HANDOFF_PRIOR  # the reply's hand-off record
+        # a copy began in this step's model proposal; the previous one's, judged in this step
+        self._copy_begun = self._judging_copy = False
+        self._copy_right = 0  # the most tokens an n-gram offer got right in the step being judged
 
     def new_reply(self) -> None:
         """A reply starts: the going rate is measured afresh (a copy's rate says nothing of
@@ -115,6 +136,7 @@ class SourceChooser:
         self._ngram_age = NGRAM_RECENT + 1
         self._breaks = 0
         self._plain_skipped = 0  # the prompt's prefill synced the draft model
+        self._new_handoffs()
 
     def record(self, tokens: int, ms: float) -> None:
         """One finished step of any source (or plain): ``tokens`` committed in ``ms``."""
@@ -144,6 +166,7 @@ class SourceChooser:
 
         ``k = 0`` is a plain step; ``source`` then names the policy that chose it.
         """
+        self._settle_copy()
         source, k, why = self._choose(k_max_model, ngram_available, model_behind)
         if k == 0:
             self._plain_skipped += 1
@@ -258,10 +281,17 @@ class SourceChooser:
 
     def handoff_pays(self, k_max_ngram: int, run: int) -> bool:
         """Whether a model step should stop for the n-gram once its tokens begin a copy
-        (:data:`~.ngram.HANDOFF`): only if the n-gram, ``run`` tokens into a copy, is expected
-        to beat the model's best step (or is unmeasured, so that it gets measured). At
-        T = 0.8 a chat reply's short quotes rarely go on as copied: cut to one token, the
-        model's proposal was followed by another model step, not an n-gram one."""
+        (:data:`~.ngram.HANDOFF`): only while at least :data:`HANDOFF_MIN_RATE` of the
+        reply's copies begun so went on (the next step's n-gram offer, its own or judged by
+        :meth:`shadow`, got :data:`HANDOFF_HIT` tokens right; judged whether or not the model
+        stopped, so a reply whose copies start going on hands off again), and only if the
+        n-gram, ``run`` tokens into a copy, is expected to beat the model's best step (or is
+        unmeasured, so that it gets measured). At T = 0.8 a chat reply's short quotes rarely
+        go on as copied: cut to one token, the model's proposal was followed by another model
+        step, not an n-gram one. Asked at most once a step."""
+        self._copy_begun = True
+        if self._copies_on < HANDOFF_MIN_RATE * self._copies_begun:
+            return False
         model = self.last.get("model")
         if model is None or not self._known("ngram"):
             return True
@@ -315,11 +345,23 @@ class SourceChooser:
     def copy_judged(self, n_offered: int, n_accepted: int) -> None:
         """An n-gram offer was judged (its own step's, or :meth:`shadow`): ``n_accepted`` of
         ``n_offered`` tokens were right. The second one not taken whole since a copy's last
-        match (:data:`PAUSE_BREAKS`) ends that copy's bound on the going rate."""
+        match (:data:`PAUSE_BREAKS`) ends that copy's bound on the going rate. In the step
+        after a copy began in a model proposal, it judges whether that copy went on
+        (:meth:`handoff_pays`)."""
+        if self._judging_copy:
+            self._copy_right = max(self._copy_right, n_accepted)
         if n_accepted < n_offered and self._ngram_age <= NGRAM_RECENT:
             self._breaks += 1
             if self._breaks >= PAUSE_BREAKS:
                 self._ngram_age = NGRAM_RECENT + 1
+
+    def _settle_copy(self) -> None:
+        """At a step's start: count the copy judged in the step just done (a step without an
+        n-gram offer is one where it did not go on), and judge the one begun in it next."""
+        if self._judging_copy:
+            self._copies_begun += 1
+            self._copies_on += self._copy_right >= HANDOFF_HIT
+        self._judging_copy, self._copy_begun, self._copy_right = self._copy_begun, False, 0
 
     def shadow(self, source: str, proposal: Sequence[int], committed: Sequence[int]) -> None:
         """After a step of ``source``: judge the n-gram ``proposal`` it did not make
