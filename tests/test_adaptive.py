@@ -471,16 +471,18 @@ def test_the_model_hands_a_copy_to_the_ngram_only_where_the_ngram_then_wins(ngra
 
 def _handoffs(chooser: SourceChooser, went_on: list[int | None]) -> list[bool]:
     """Steps where a copy begins in the model's proposal (the gate asked), each followed by
-    a step whose n-gram offer got ``went_on[i]`` tokens right (None: it had no offer);
-    the gate's answers. The copy step's own offer, judged in that step, was right: it
-    began the copy and says nothing of whether it goes on."""
+    a step whose n-gram offer got ``went_on[i]`` tokens right (None: it had no offer; -1:
+    its offer went unjudged, a model step with no shadow); the gate's answers. The copy
+    step's own offer, judged in that step, was right: it began the copy and says nothing
+    of whether it goes on."""
     verdicts = []
     for right in went_on:
         chooser.choose(8, 0)
         verdicts.append(chooser.handoff_pays(32, 2))
+        assert bool(chooser.drafted_through) is not verdicts[-1]  # the trace says why it drafted through
         chooser.copy_judged(4, 4)
         chooser.choose(8, 4 if right is not None else 0)
-        if right is not None:
+        if right is not None and right >= 0:
             chooser.copy_judged(4, right)
     return verdicts
 
@@ -497,6 +499,8 @@ def _handoffs(chooser: SourceChooser, went_on: list[int | None]) -> list[bool]:
         ([4, 0, 4, 0, 4, 0, 4, 0], [True] * 8),
         # stopped copies, then copies that go on (judged though not handed off): back to hand-offs
         ([0, 4, 4, 4], [True, False, True, True]),
+        # offers nobody judged (the rejection sampler shadows nothing) count neither way
+        ([-1, -1, 0, 4], [True, True, True, False]),
     ],
 )
 def test_the_model_stops_for_copies_only_while_they_go_on(went_on, handed_off):

@@ -9,6 +9,7 @@ vocabulary pins each rule down exactly.
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -146,12 +147,12 @@ def test_a_mid_reply_sampling_change_applies_with_the_replys_seed() -> None:
 # -- the event -----------------------------------------------------------------------------
 
 
-def _event(prop: Proposal, verdict: Verdict, r: Reply | None = None, logits_rows: int | None = None):
+def _event(prop: Proposal, verdict: Verdict, r: Reply | None = None, logits_rows: int | None = None, note: str = ""):
     r = r or reply()
     committed = r.commit(prop, verdict)
     rows = len(prop.tokens) + 1 if logits_rows is None else logits_rows
     logits = np.tile(np.arange(10, dtype=np.float32)[::-1], (rows, 1))  # the target prefers low ids
-    proposed = Proposed(prop, 2.0) if prop.tokens else NOTHING_PROPOSED
+    proposed = Proposed(prop, 2.0, note) if prop.tokens else NOTHING_PROPOSED
     synced = Synced(SyncInfo("extend", 3, 4), 0.5) if prop.tokens else NOT_SYNCED
     step = Step(
         KChoice(len(prop.tokens), "fixed", AdaptiveK()), synced, proposed, Verified(logits, verdict, 3.0), committed
@@ -170,6 +171,21 @@ def test_a_correction_step_carries_both_top_lists_at_the_first_rejection() -> No
     assert (ev.index, ev.n_past_before, ev.n_past_after, ev.k) == (4, 10, 12, 3)
     assert (ev.sync, ev.sync_ms, ev.draft_ms, ev.verify_ms) == (SyncInfo("extend", 3, 4), 0.5, 2.0, 3.0)
     assert ev.draft_source == "model" and ev.k_reason == "fixed" and ev.sampling == {"temperature": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("stopped", "note", "reason"),
+    [
+        (True, "", "fixed (handed to the n-gram: a copy began)"),
+        (False, " (a copy began; drafted through: 0 of the reply's 2 went on)",
+         "fixed (a copy began; drafted through: 0 of the reply's 2 went on)"),
+        (False, "", "fixed"),
+    ],
+)  # fmt: skip
+def test_the_reason_says_whether_a_proposal_stopped_where_a_copy_began(stopped, note, reason) -> None:
+    prop = dataclasses.replace(proposal(1, 2), stopped=stopped)
+    _, ev = _event(prop, Verdict(n_accepted=2, committed=3), note=note)
+    assert ev.k_reason == reason
 
 
 def test_a_rejection_after_the_drafts_last_row_has_no_draft_top_list() -> None:

@@ -126,8 +126,10 @@ class SourceChooser:
     def _new_handoffs(self) -> None:
         self._copies_on, self._copies_begun = HANDOFF_PRIOR  # the reply's hand-off record
         # a copy began in this step's model proposal; the previous one's, judged in this step
-        self._copy_begun = self._judging_copy = False
-        self._copy_right = 0  # the most tokens an n-gram offer got right in the step being judged
+        self._copy_begun = self._judging_copy = self._copy_offered = False
+        # the most tokens an n-gram offer got right in the step being judged (None: none judged)
+        self._copy_right: int | None = None
+        self.drafted_through = ""  # why this step's model proposal did not stop where a copy began
 
     def new_reply(self) -> None:
         """A reply starts: the going rate is measured afresh (a copy's rate says nothing of
@@ -166,7 +168,7 @@ class SourceChooser:
 
         ``k = 0`` is a plain step; ``source`` then names the policy that chose it.
         """
-        self._settle_copy()
+        self._settle_copy(ngram_available > 0)
         source, k, why = self._choose(k_max_model, ngram_available, model_behind)
         if k == 0:
             self._plain_skipped += 1
@@ -291,6 +293,8 @@ class SourceChooser:
         step, not an n-gram one. Asked at most once a step."""
         self._copy_begun = True
         if self._copies_on < HANDOFF_MIN_RATE * self._copies_begun:
+            on, begun = self._copies_on - HANDOFF_PRIOR[0], self._copies_begun - HANDOFF_PRIOR[1]
+            self.drafted_through = f" (a copy began; drafted through: {on:.0f} of the reply's {begun:.0f} went on)"
             return False
         model = self.last.get("model")
         if model is None or not self._known("ngram"):
@@ -349,19 +353,23 @@ class SourceChooser:
         after a copy began in a model proposal, it judges whether that copy went on
         (:meth:`handoff_pays`)."""
         if self._judging_copy:
-            self._copy_right = max(self._copy_right, n_accepted)
+            self._copy_right = max(self._copy_right or 0, n_accepted)
         if n_accepted < n_offered and self._ngram_age <= NGRAM_RECENT:
             self._breaks += 1
             if self._breaks >= PAUSE_BREAKS:
                 self._ngram_age = NGRAM_RECENT + 1
 
-    def _settle_copy(self) -> None:
-        """At a step's start: count the copy judged in the step just done (a step without an
-        n-gram offer is one where it did not go on), and judge the one begun in it next."""
-        if self._judging_copy:
+    def _settle_copy(self, offered: bool) -> None:
+        """At a step's start (``offered``: the n-gram has a match now): count the copy judged
+        in the step just done (one whose step had no n-gram match did not go on; one whose
+        offer went unjudged, a model step with no shadow, is not counted), and judge the
+        one begun in it in this step."""
+        if self._judging_copy and (self._copy_right is not None or not self._copy_offered):
             self._copies_begun += 1
-            self._copies_on += self._copy_right >= HANDOFF_HIT
-        self._judging_copy, self._copy_begun, self._copy_right = self._copy_begun, False, 0
+            self._copies_on += (self._copy_right or 0) >= HANDOFF_HIT
+        self._judging_copy, self._copy_offered = self._copy_begun, offered
+        self._copy_begun, self._copy_right = False, None
+        self.drafted_through = ""
 
     def shadow(self, source: str, proposal: Sequence[int], committed: Sequence[int]) -> None:
         """After a step of ``source``: judge the n-gram ``proposal`` it did not make

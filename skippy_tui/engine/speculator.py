@@ -560,7 +560,8 @@ class Speculator:
         ms = (time.perf_counter() - t) * 1000
         if len(proposal.tokens) < max(self.speculation.n_min, 1):
             proposal = Proposal(rows=proposal.rows, call_ms=proposal.call_ms)
-        return Proposed(proposal, ms)
+        note = self.k_policy.drafted_through if isinstance(self.k_policy, SourceChooser) else ""
+        return Proposed(proposal, ms, note)
 
     def _verify(
         self, context: list[int], proposal: Proposal, sampler: ReplySampler, window: PenaltyWindow | None

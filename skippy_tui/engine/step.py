@@ -89,10 +89,13 @@ NOT_SYNCED = Synced(NO_SYNC, 0.0)
 
 @dataclass(frozen=True, slots=True)
 class Proposed:
-    """The draft's proposal (empty below ``n_min``; its rows kept) and the ms it took."""
+    """The draft's proposal (empty below ``n_min``; its rows kept) and the ms it took;
+    ``note``: why a routed model's proposal did not stop where a copy began (for the
+    event's ``k_reason``; empty where it stopped or none began)."""
 
     proposal: Proposal
     ms: float
+    note: str = ""
 
 
 NOTHING_PROPOSED = Proposed(Proposal(), 0.0)
@@ -331,7 +334,7 @@ def step_event(
         draft_ms=proposed.ms,
         verify_ms=verified.ms,
         delta=tuple(TextSpan(s, o) for s, o in committed.delta),  # type: ignore[arg-type]
-        k_reason=step.choice.reason + (" (handed to the n-gram: a copy began)" if proposal.stopped else ""),
+        k_reason=step.choice.reason + (" (handed to the n-gram: a copy began)" if proposal.stopped else proposed.note),
         draft_source=proposal.source if proposal.tokens else "",
         p_target=verified.verdict.p_target,
         sampling=sampling,
