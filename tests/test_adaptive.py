@@ -926,11 +926,21 @@ def test_sampled_steps_reach_the_policies_with_their_expected_acceptance(pair, m
 
 def test_a_cold_first_step_is_no_sample_of_the_steady_cost():
     """Cold first steps (20 ms against 16 ms steady) leave a measured plain cost and the
-    slowdown alone; a size never measured takes even a cold sample."""
+    slowdown alone; a size never measured takes even a cold sample, until a warm one
+    replaces it."""
     policy = AdaptiveK()
     policy.observe(k=0, n_proposed=0, n_accepted=0, verify_ms=20.0, cold=True)
     assert policy.verify.count(1) == 1
-    for _ in range(9):
+    # the first warm sample replaces the cold stand-in, not on its scale: measured against it,
+    # the slowdown read 0.8 and the table kept 20 ms, which a policy that drafts (its slowdown
+    # set by nine-row verifies, near 1) then priced plain steps at
+    policy.observe(k=0, n_proposed=0, n_accepted=0, verify_ms=16.0)
+    assert policy.verify.count(1) == 1
+    assert policy.verify.at(1) == pytest.approx(16.0) and policy.slowdown == 1.0
+    # a cold sample of a size measured warm is not kept
+    policy.observe(k=0, n_proposed=0, n_accepted=0, verify_ms=40.0, cold=True)
+    assert policy.verify.count(1) == 1
+    for _ in range(8):
         policy.observe(k=0, n_proposed=0, n_accepted=0, verify_ms=16.0)
     for _ in range(5):
         policy.observe(k=0, n_proposed=0, n_accepted=0, verify_ms=20.0, cold=True)

@@ -271,8 +271,9 @@ class AdaptiveK:
         batch = n_proposed + 1
         # only a size measured before says how fast the machine runs now: an interpolated or
         # extrapolated one is off by the table's shape (the prior slope), and that error,
-        # taken for a slowdown, would rescale every cost, plain steps' included, for good
-        table_ms = self.verify.at(batch) if self.verify.count(batch) else None
+        # taken for a slowdown, would rescale every cost, plain steps' included, for good; nor is
+        # a cold stand-in (the warm sample that replaces it would be stored on its scale)
+        table_ms = self.verify.at(batch) if self.verify.warm(batch) else None
         if cold and table_ms and (k == 0 or self.draft_call.value is not None):
             # when drafting wins, a reply's plain steps are mostly its first (probes wait for
             # a synced draft): cold samples would make plain decoding look dearer than it is
@@ -281,7 +282,7 @@ class AdaptiveK:
         if table_ms:
             self.verify.speed.add(min(max(verify_ms / table_ms, 1e-3), 1e3))
         f = self.slowdown
-        self.verify.add(batch, verify_ms / f)
+        self.verify.add(batch, verify_ms / f, cold=cold)
         if step_ms is not None:
             self.overhead.add(max(step_ms - sync_ms - draft_ms - verify_ms - rollback_ms, 0.0) / f)
         if n_accepted < n_proposed:

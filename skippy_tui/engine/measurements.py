@@ -50,9 +50,27 @@ class VerifyCosts:
         # measured() as sorted points, until the next add: the chooser reads V(b) for
         # every k of every source each step (~40 reads), and each read pooled every median
         self._points: list[tuple[int, float]] | None = None
+        self._cold: set[int] = set()  # sizes measured only by cold samples so far
 
-    def add(self, batch: int, ms: float) -> None:
-        self._by_size.setdefault(batch, Recent()).add(ms)
+    def add(self, batch: int, ms: float, cold: bool = False) -> None:
+        """One verify of ``batch`` rows that took ``ms`` (at slowdown 1).
+
+        ``cold``: taken on a reply's first step, 10-20 % slow after the prompt's
+        prefill. It stands in only while the size has no warm sample: the first warm
+        one replaces it, and a cold one for a size measured warm is not kept. A policy
+        that drafts takes few plain steps, so its one-row entry held three or four
+        samples in a whole bench run, the warm-up's cold first step among them, and
+        plain decoding was priced ~15 % dear.
+        """
+        r = self._by_size.get(batch)
+        if cold and r is not None and batch not in self._cold:
+            return
+        if r is None or (batch in self._cold and not cold):
+            r = self._by_size[batch] = Recent()
+            self._cold.discard(batch)
+            if cold:
+                self._cold.add(batch)
+        r.add(ms)
         self._points = None
 
     def measured(self) -> dict[int, float]:
@@ -89,6 +107,10 @@ class VerifyCosts:
     def count(self, batch: int) -> int:
         r = self._by_size.get(batch)
         return len(r) if r is not None else 0
+
+    def warm(self, batch: int) -> bool:
+        """Whether ``batch`` has a warm sample (not only a reply's cold first step's)."""
+        return batch in self._by_size and batch not in self._cold
 
     def at(self, batch: float) -> float | None:
         """Estimated ms for a (possibly fractional, expected) batch size; None before any data."""
