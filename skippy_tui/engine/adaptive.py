@@ -271,15 +271,15 @@ class AdaptiveK:
         batch = n_proposed + 1
         # only a size measured before says how fast the machine runs now: an interpolated or
         # extrapolated one is off by the table's shape (the prior slope), and that error,
-        # taken for a slowdown, would rescale every cost, plain steps' included, for good; nor is
-        # a cold stand-in (the warm sample that replaces it would be stored on its scale)
-        table_ms = self.verify.at(batch) if self.verify.warm(batch) else None
+        # taken for a slowdown, would rescale every cost, plain steps' included, for good
+        table_ms = self.verify.at(batch) if self.verify.count(batch) else None
         if cold and table_ms and (k == 0 or self.draft_call.value is not None):
             # when drafting wins, a reply's plain steps are mostly its first (probes wait for
             # a synced draft): cold samples would make plain decoding look dearer than it is
             self._count_step(k, n_proposed, n_accepted, expected)
             return
-        if table_ms:
+        # nor does a cold stand-in (the warm sample that replaces it would be stored on its scale)
+        if table_ms and self.verify.warm(batch):
             self.verify.speed.add(min(max(verify_ms / table_ms, 1e-3), 1e3))
         f = self.slowdown
         self.verify.add(batch, verify_ms / f, cold=cold)
