@@ -40,7 +40,7 @@ HANDOFF_HIT = 2
 """Tokens the n-gram's next judged offer must get right for a copy begun in a model
 proposal to count as one that went on (a hand-off that paid)."""
 
-HANDOFF_PRIOR = (1.0, 2.0)
+HANDOFF_PRIOR = (1, 2)
 """Prior (copies that went on, copies begun) of a reply's hand-off record."""
 
 HANDOFF_MIN_RATE = 0.4
@@ -124,7 +124,7 @@ class SourceChooser:
         self._new_handoffs()
 
     def _new_handoffs(self) -> None:
-        self._copies_on, self._copies_begun = HANDOFF_PRIOR  # the reply's hand-off record
+        self._copies_on = self._copies_begun = 0  # the reply's hand-off record (the prior aside)
         # a copy began in this step's model proposal; the previous one's, judged in this step
         self._copy_begun = self._judging_copy = self._copy_offered = False
         # the most tokens an n-gram offer got right in the step being judged (None: none judged)
@@ -292,9 +292,9 @@ class SourceChooser:
         go on as copied: cut to one token, the model's proposal was followed by another model
         step, not an n-gram one. Asked at most once a step."""
         self._copy_begun = True
-        if self._copies_on < HANDOFF_MIN_RATE * self._copies_begun:
-            on, begun = self._copies_on - HANDOFF_PRIOR[0], self._copies_begun - HANDOFF_PRIOR[1]
-            self.drafted_through = f" (a copy began; drafted through: {on:.0f} of the reply's {begun:.0f} went on)"
+        on, begun = self._copies_on, self._copies_begun
+        if on + HANDOFF_PRIOR[0] < HANDOFF_MIN_RATE * (begun + HANDOFF_PRIOR[1]):
+            self.drafted_through = f" (a copy began; drafted through: {on} of the reply's {begun} went on)"
             return False
         model = self.last.get("model")
         if model is None or not self._known("ngram"):
