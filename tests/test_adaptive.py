@@ -12,7 +12,7 @@ from helpers import Run, assert_verified_in_batches, load, restore, user
 
 from skippy_tui.config import Config, ConfigError
 from skippy_tui.engine import chooser as chooser_module
-from skippy_tui.engine.adaptive import AdaptiveK
+from skippy_tui.engine.adaptive import PLAIN_STALE, AdaptiveK
 from skippy_tui.engine.chooser import HANDOFF_HIT, PAUSE_BREAKS, SourceChooser
 from skippy_tui.engine.cost_model import (
     Costs,
@@ -325,6 +325,32 @@ def test_chooser_finds_the_acceptance_cliff():
     feed(policy, 80, 8, verify=lambda b: 30.0 + 1.0 * (b - 1), draft_ms=3.0, accepted=lambda k: min(k, 3))
     k, _ = policy.choose(8)
     assert k == 3
+
+
+def test_a_policy_that_drafts_still_times_plain_steps():
+    """Speculation wins clearly, so probes of plain decoding back off; plain's price (the
+    one-row verify) is still re-measured every PLAIN_STALE samples, and those steps say so."""
+    policy = AdaptiveK(probe_every=8, probe_max=128)
+    feed(policy, 300, 8, verify=lambda b: 30.0 + 1.0 * (b - 1), draft_ms=2.0, accepted=lambda k: k)
+    steps = chosen_with_reasons(policy, 200, 8)
+    plain = [i for i, (k, _) in enumerate(steps) if k == 0]
+    gaps = [b - a for a, b in itertools.pairwise(plain)]
+    assert gaps and max(gaps) <= PLAIN_STALE + 1, gaps
+    reasons = [steps[i][1] for i in plain]
+    # a scheduled probe of plain decoding (k = 8 is k_max: its probes are all plain) times it too
+    assert all("re-measures plain" in why or "probe k=0" in why for why in reasons), reasons
+    assert sum("re-measures plain" in why for why in reasons) >= 2, reasons
+    assert len(plain) <= 200 // PLAIN_STALE + 1  # no more than that: speculation still wins
+
+
+def chosen_with_reasons(policy: AdaptiveK, steps: int, k_max: int) -> list[tuple[int, str]]:
+    """Like :func:`feed` (verify 30 + 1 ms a row, 2 ms a draft token, all accepted), with the reasons."""
+    out = []
+    for _ in range(steps):
+        k, why = policy.choose(k_max)
+        policy.observe(k=k, n_proposed=k, n_accepted=k, sync_ms=2.0 if k else 0.0, draft_ms=2.0 * k, verify_ms=30.0 + k)
+        out.append((k, why))
+    return out
 
 
 def test_chooser_reprobes_and_backs_off():

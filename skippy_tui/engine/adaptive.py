@@ -45,9 +45,10 @@ doubling up to ``probe_max`` while the verdict — speculate or not — holds an
 the alternative is expected to be clearly worse, < ``CLOSE`` of the best) one
 step probes an alternative instead: the best speculative k when plain decoding wins (so the
 policy notices when speculation starts to pay), otherwise alternately plain
-decoding and ``best + 1``. After a plain streak a probe first pays the draft's
-catch-up, which grows with the streak: it is judged "close" with all of it
-charged, and it waits until its expected extra cost fits :data:`PROBE_BUDGET`
+decoding and ``best + 1``; and while speculation wins, a plain step whenever the one-row
+verify (plain decoding's price) was last timed :data:`PLAIN_STALE` samples ago. After a
+plain streak a probe first pays the draft's catch-up, which grows with the streak: it is
+judged "close" with all of it charged, and it waits until its expected extra cost fits :data:`PROBE_BUDGET`
 of the streak's time, so near break-even, where it would cost more than it can
 find, it stops (a new reply starts with the draft synced and, where plain decoding is
 the verdict, probes at once: :meth:`AdaptiveK.new_reply`). A probe whose own step beat
@@ -115,6 +116,17 @@ against 56-58 in the other). At 2x (the first threshold) a policy that had turne
 steps in the fast phase kept the draft's costs scaled by the target's slowdown once it ended,
 so the draft looked 1.23x dearer just when it had got cheaper, and only rare probes could
 move its median costs back. Plain steps alone vary ~5 % step to step."""
+
+
+PLAIN_STALE = 32
+"""Verify samples of other sizes after which, while speculation wins, a plain step measures
+plain decoding again. Plain decoding is priced by the one-row verify's median; a policy that
+drafts takes plain steps only as probes, backed off while plain is clearly worse, so in a
+whole bench run (warm-up and three replies of 128 tokens) the default's one-row entry held
+three or four samples, each scaled by a slowdown that the nine-row verifies set. Plain was
+priced 16.4-17.2 ms where the same reply's plain steps took 13.7-14.4, and the reply drafted
+where plain decoding won. One plain step in 32 costs ~1 % of a step's time when the draft
+wins by 1.5x."""
 
 
 class KPolicy(Protocol):
@@ -195,6 +207,9 @@ class AdaptiveK:
         self._probe_plain: float | None = None
         self._probe_won = False
         self._probe_min_k = 0  # ... and the next such probe's least k: twice one taken whole
+        # verify.clock when this policy last re-measured plain (samples before it existed, the
+        # load-time probe's seeds among them, are no staleness it saw)
+        self._plain_asked = self.verify.clock
         self._last_best: int | None = None
         self._prev_k = 0
         self._whole = 0  # drafted steps in a row whose proposal, k tokens long, was taken whole
@@ -552,6 +567,15 @@ class AdaptiveK:
             self._interval, self._since_probe = self.probe_every, 0
         self._last_best = best
         self._since_probe += 1
+        age = self.verify.age(1) or 0
+        if best > 0 and min(age, self.verify.clock - self._plain_asked) >= PLAIN_STALE:
+            # the next scheduled probe is best + 1: this step already measures plain decoding
+            # (asked once per PLAIN_STALE samples: a reply's cold first step adds none)
+            self._probe_toggle, self._plain_asked = True, self.verify.clock
+            return 0, (
+                f"auto: k=0 re-measures plain (timed {age} verifies ago; "
+                f"est plain {rates[0]:.1f} tok/s, k={best} {rates[best]:.1f})"
+            )
         if best == 0 and self._probe_won and behind <= 1 and k_max >= 1 and self._since_probe < self._interval:
             # the last probe's own step beat plain decoding's expected rate and left the draft
             # synced: the next probe pays no catch-up, and a run of them learns a text the

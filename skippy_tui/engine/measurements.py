@@ -51,6 +51,8 @@ class VerifyCosts:
         # every k of every source each step (~40 reads), and each read pooled every median
         self._points: list[tuple[int, float]] | None = None
         self._cold: set[int] = set()  # sizes measured only by cold samples so far
+        self._added = 0  # samples kept so far, any size: the clock of age()
+        self._last: dict[int, int] = {}  # size -> _added at its newest sample
 
     def add(self, batch: int, ms: float, cold: bool = False) -> None:
         """One verify of ``batch`` rows that took ``ms`` (at slowdown 1).
@@ -71,6 +73,8 @@ class VerifyCosts:
             if cold:
                 self._cold.add(batch)
         r.add(ms)
+        self._added += 1
+        self._last[batch] = self._added
         self._points = None
 
     def measured(self) -> dict[int, float]:
@@ -107,6 +111,16 @@ class VerifyCosts:
     def count(self, batch: int) -> int:
         r = self._by_size.get(batch)
         return len(r) if r is not None else 0
+
+    @property
+    def clock(self) -> int:
+        """Samples kept so far, of any size."""
+        return self._added
+
+    def age(self, batch: int) -> int | None:
+        """Samples of other sizes kept since ``batch``'s newest one (None: never measured)."""
+        last = self._last.get(batch)
+        return None if last is None else self._added - last
 
     def warm(self, batch: int) -> bool:
         """Whether ``batch`` has a warm sample (not only a reply's cold first step's)."""
