@@ -122,12 +122,17 @@ def test_verify_costs_never_fall_with_the_batch_size():
 # -- the chooser, fed synthetic observations ------------------------------------------------------
 
 
-def feed(policy: AdaptiveK, steps: int, k_max: int, verify, draft_ms: float, accepted) -> list[int]:
-    """Let ``policy`` choose ``steps`` times; each step costs and accepts as given."""
+def feed(
+    policy: AdaptiveK, steps: int, k_max: int, verify, draft_ms: float, accepted, reasons: list[str] | None = None
+) -> list[int]:
+    """Let ``policy`` choose ``steps`` times; each step costs and accepts as given (its reason
+    appended to ``reasons`` when given)."""
     chosen = []
     for _ in range(steps):
         k, why = policy.choose(k_max)
         assert 0 <= k <= k_max and why.startswith("auto")
+        if reasons is not None:
+            reasons.append(why)
         n_acc = accepted(k)
         policy.observe(
             k=k,
@@ -331,26 +336,21 @@ def test_a_policy_that_drafts_still_times_plain_steps():
     """Speculation wins clearly, so probes of plain decoding back off; plain's price (the
     one-row verify) is still re-measured every PLAIN_STALE samples, and those steps say so."""
     policy = AdaptiveK(probe_every=8, probe_max=128)
-    feed(policy, 300, 8, verify=lambda b: 30.0 + 1.0 * (b - 1), draft_ms=2.0, accepted=lambda k: k)
-    steps = chosen_with_reasons(policy, 200, 8)
-    plain = [i for i, (k, _) in enumerate(steps) if k == 0]
+
+    def verify(b: int) -> float:
+        return 30.0 + 1.0 * (b - 1)
+
+    feed(policy, 300, 8, verify=verify, draft_ms=2.0, accepted=lambda k: k)
+    whys: list[str] = []
+    chosen = feed(policy, 200, 8, verify=verify, draft_ms=2.0, accepted=lambda k: k, reasons=whys)
+    plain = [i for i, k in enumerate(chosen) if k == 0]
     gaps = [b - a for a, b in itertools.pairwise(plain)]
     assert gaps and max(gaps) <= PLAIN_STALE + 1, gaps
-    reasons = [steps[i][1] for i in plain]
+    reasons = [whys[i] for i in plain]
     # a scheduled probe of plain decoding (k = 8 is k_max: its probes are all plain) times it too
     assert all("re-measures plain" in why or "probe k=0" in why for why in reasons), reasons
     assert sum("re-measures plain" in why for why in reasons) >= 2, reasons
     assert len(plain) <= 200 // PLAIN_STALE + 1  # no more than that: speculation still wins
-
-
-def chosen_with_reasons(policy: AdaptiveK, steps: int, k_max: int) -> list[tuple[int, str]]:
-    """Like :func:`feed` (verify 30 + 1 ms a row, 2 ms a draft token, all accepted), with the reasons."""
-    out = []
-    for _ in range(steps):
-        k, why = policy.choose(k_max)
-        policy.observe(k=k, n_proposed=k, n_accepted=k, sync_ms=2.0 if k else 0.0, draft_ms=2.0 * k, verify_ms=30.0 + k)
-        out.append((k, why))
-    return out
 
 
 def test_chooser_reprobes_and_backs_off():

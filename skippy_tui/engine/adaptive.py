@@ -48,9 +48,9 @@ policy notices when speculation starts to pay), otherwise alternately plain
 decoding and ``best + 1``; and while speculation wins, a plain step whenever the one-row
 verify (plain decoding's price) was last timed :data:`PLAIN_STALE` samples ago. After a
 plain streak a probe first pays the draft's catch-up, which grows with the streak: it is
-judged "close" with all of it charged, and it waits until its expected extra cost fits :data:`PROBE_BUDGET`
-of the streak's time, so near break-even, where it would cost more than it can
-find, it stops (a new reply starts with the draft synced and, where plain decoding is
+judged "close" with all of it charged, and it waits until its expected extra cost fits
+:data:`PROBE_BUDGET` of the streak's time, so near break-even, where it would cost more
+than it can find, it stops (a new reply starts with the draft synced and, where plain decoding is
 the verdict, probes at once: :meth:`AdaptiveK.new_reply`). A probe whose own step beat
 plain decoding's expected rate (its catch-up aside) leaves the draft synced: the next step
 probes again, twice as long when it was taken whole. The warm-up's two steps count as
@@ -567,8 +567,11 @@ class AdaptiveK:
             self._interval, self._since_probe = self.probe_every, 0
         self._last_best = best
         self._since_probe += 1
-        age = self.verify.age(1) or 0
-        if best > 0 and min(age, self.verify.clock - self._plain_asked) >= PLAIN_STALE:
+        if (
+            best > 0
+            and (age := self.verify.age(1) or 0) >= PLAIN_STALE
+            and self.verify.clock - self._plain_asked >= PLAIN_STALE
+        ):
             # the next scheduled probe is best + 1: this step already measures plain decoding
             # (asked once per PLAIN_STALE samples: a reply's cold first step adds none)
             self._probe_toggle, self._plain_asked = True, self.verify.clock
