@@ -216,11 +216,7 @@ class AdaptiveK:
         self.sync_one = Recent()  # ... and those that decoded one token (after a proposal taken whole)
         self.overhead = Recent()
         self.rollback = Recent()
-        self.counts = PositionCounts()
-        # whole proposals' rejections (decayed like the counts, one pseudo-step each):
-        # [seen, expected by the counts before each step] (see calibration)
-        self._rejections = [1.0, 1.0]
-        self._forget_runs()
+        self._forget_acceptance()
         self._interval = probe_every
         self._since_probe = 0
         self._probe_toggle = False
@@ -247,11 +243,16 @@ class AdaptiveK:
     def reset_draft(self) -> None:
         """Forget draft-side measurements (another draft source); verify costs stay."""
         self._forget_draft_costs()
-        self.counts = PositionCounts()
-        self._rejections = [1.0, 1.0]
-        self._forget_runs()
+        self._forget_acceptance()
         self._spec_steps, self._cost_steps, self._interval, self._since_probe = 0, 0, self.probe_every, 0
         self._whole = 0
+
+    def _forget_acceptance(self) -> None:
+        self.counts = PositionCounts()
+        # whole proposals' rejections (decayed like the counts, one pseudo-step each):
+        # [seen, expected by the counts before each step] (see calibration)
+        self._rejections = [1.0, 1.0]
+        self._forget_runs()
 
     def _forget_runs(self) -> None:
         self.by_run = [PositionCounts() for _ in range(len(RUN_BUCKETS) + 1)]  # runs only: counts by run bucket
