@@ -116,6 +116,9 @@ _INT_OR_WORD = {("speculation", "n_draft"): "auto", ("sampling", "seed"): "rando
 _WORDS = {("ui", "engine"): ("process", "thread")}
 """Keys that take one of a few words."""
 
+_BOOL_OR_AUTO = {"hugepages"}
+"""Model keys that take true, false or "auto"."""
+
 
 def _type_name(v: Any) -> str:
     return {bool: "true/false", int: "an integer", float: "a number", str: "a string", list: "a list"}.get(
@@ -319,8 +322,12 @@ def _check_value(source: Path | None, section: str, key: str, value: Any) -> Any
         )
     if (section, key) in _WORDS:
         ok = value in _WORDS[section, key]
+    if key in _BOOL_OR_AUTO and section in ("target", "draft"):
+        ok = isinstance(value, bool) or value == "auto"
     if not ok:
         allowed = _type_name(default)
+        if key in _BOOL_OR_AUTO:
+            allowed = 'true, false or "auto"'
         if (section, key) in _WORDS:
             allowed = "one of " + ", ".join(f'"{w}"' for w in _WORDS[section, key])
         if (section, key) in _INT_OR_WORD:

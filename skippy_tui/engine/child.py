@@ -130,7 +130,9 @@ class EngineChild:
 
         threading.Thread(target=self.read, name="skippy-pipe", daemon=True).start()
         try:
-            self.spec = load_speculator(spec, lambda s, f: self.send("progress", s, f), self.load_cancel.is_set)
+            self.spec = load_speculator(
+                spec, lambda s, f: self.send("progress", s, f), self.load_cancel.is_set, huge_pages="background"
+            )
         except BaseException as e:
             self.send("load_error", error_payload(e))
             return

@@ -8,6 +8,7 @@ runs before any weights are loaded or native memory is allocated.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,6 +144,7 @@ def load_speculator(
     progress: Progress = _noop,
     cancelled: Callable[[], bool] = _never,
     window: Window | None = None,
+    huge_pages: str = "wait",
 ) -> Speculator:
     """Check, then load the target (and draft) and return a ready :class:`Speculator`.
 
@@ -156,6 +158,11 @@ def load_speculator(
     callback, while each model's tensors load (many times a second), so a quit
     during a load is prompt; deriving the default F32 target cannot be stopped
     midway (llama.cpp's quantize has no callback).
+
+    Mapped weights that want huge pages (:mod:`.hugepages`) move into them once the
+    rest is ready: before this returns (``huge_pages="wait"``, so that a run's or a
+    bench's timings are those of huge pages), or on a background thread
+    (``"background"``: the app accepts a message meanwhile).
 
     Raises:
         BoundsError, ModelFileError, IncompatibleModelsError: nothing is left
@@ -253,8 +260,24 @@ def load_speculator(
                 raise
         # else (plain decoding, e.g. --no-draft): nothing will speculate, so the probe
         # waits until something does (a source chosen in the app), if ever
+    models = [m for m in (t_model, drafter.model if drafter is not None else None) if m is not None]
+    if any(m.huge_pages.pending for m in models):
+        mover = threading.Thread(target=_move_to_huge_pages, args=(models,), name="huge-pages", daemon=True)
+        mover.start()
+        if huge_pages == "wait":
+            progress("moving weights into huge pages", 0.0)
+            try:
+                mover.join()
+            except BaseException:  # Ctrl+C: the models stop the move as they close
+                speculator.close()
+                raise
     progress("ready", 1.0)
     return speculator
+
+
+def _move_to_huge_pages(models: list[Model]) -> None:
+    for model in models:  # one at a time: a 2-core machine has one core to spare at most
+        model.huge_pages.move()
 
 
 def rollback_refusal(target: Model, draft: Model | None) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import rpc
+from . import hugepages, rpc
 from .errors import ContextFullError, DecodeError, ModelFileError, SkippyError
 from .native_backend import clear_log, ensure_backend, recent_log
 from .native_backend import llama_cpp as _L
@@ -100,6 +100,9 @@ class LoadParams:
     first, as llama.cpp's ``--rpc`` does. ``tensor_split``: the share of the
     layers (``split_mode = "layer"``) or rows (``"row"``) per device, in the
     model's device order (remote devices first); empty = by free memory.
+    ``hugepages``: the weights in transparent huge pages (:mod:`.hugepages`;
+    mapped ones move into them after the load): ``True``, ``False`` or ``"auto"``
+    (when they stay in host RAM and the file fits in half the available memory).
     """
 
     n_ctx: int = 4096
@@ -120,6 +123,7 @@ class LoadParams:
     repack: bool = False
     rpc: tuple[str, ...] = ()
     tensor_split: tuple[float, ...] = ()
+    hugepages: bool | str = "auto"
 
 
 ProgressFn = Callable[[float], bool]
@@ -131,6 +135,7 @@ class Model:
     def __init__(self, path: Path, params: LoadParams, progress: ProgressFn | None = None) -> None:
         ensure_backend()
         self.path = path
+        self.huge_pages = hugepages.ModelPages(path, _huge_pages_wanted(path, params), params.mmap, params.mlock)
         mp = _L.llama_model_default_params()
         # llama.cpp folded use_mmap/use_mlock into one load_mode enum
         _set(
@@ -158,14 +163,15 @@ class Model:
 
         cb_ref = None
         interrupted: list[bool] = []
-        if progress is not None:
+        if progress is not None or self.huge_pages.advice is not None:
 
             @_L.llama_progress_callback
             def _cb(frac: float, _u: ctypes.c_void_p) -> bool:  # pragma: no cover - native callback
                 if interrupted:
                     return False  # Ctrl+C: stop loading; raised once the load returns
                 try:
-                    return bool(progress(float(frac)))
+                    self.huge_pages.on_progress()
+                    return bool(progress(float(frac))) if progress is not None else True
                 except Exception:
                     return True
 
@@ -182,6 +188,7 @@ class Model:
         if not ptr:
             raise ModelFileError(f"llama.cpp could not load {path}: {recent_log() or 'no details'}")
         self.ptr = ptr
+        self.huge_pages.loaded()
         self.vocab = _L.llama_model_get_vocab(ptr)
         self.n_vocab: int = _L.llama_vocab_n_tokens(self.vocab)
         self.bos: int = _L.llama_vocab_bos(self.vocab)
@@ -200,6 +207,10 @@ class Model:
         self._piece_cache: dict[tuple[int, bool], bytes] = {}
 
     def close(self) -> None:
+        with self.huge_pages.stopped():  # a move of the weights must not outlive their mapping
+            self._free()
+
+    def _free(self) -> None:
         if getattr(self, "ptr", None):
             ptr, self.ptr = self.ptr, None
             if rpc.lost_reason(self.rpc_servers):
@@ -270,6 +281,22 @@ class Model:
         """The chat template llama.cpp reads from the model, if any."""
         raw = _L.llama_model_chat_template(self.ptr, None)
         return raw.decode("utf-8", "replace") if raw else None
+
+
+def _huge_pages_wanted(path: Path, params: LoadParams) -> bool:
+    """Whether this load reads the weights into huge pages (:func:`.hugepages.wanted`)."""
+    if params.hugepages is False:
+        return False
+    on_host = not params.rpc and (
+        (params.device or "").upper() == "CPU"
+        or (params.device is None and (params.n_gpu_layers == 0 or not local_accelerators()))
+    )
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return False  # llama.cpp reports the missing file
+    facts = hugepages.HostFacts(hugepages.thp_mode(), hugepages.mem_available(), on_host)
+    return hugepages.wanted(params.hugepages, size, facts)
 
 
 def max_devices() -> int:

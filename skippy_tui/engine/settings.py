@@ -46,6 +46,8 @@ def validate_load_params(prefix: str, p: LoadParams) -> None:
     for key in ("mmap", "mlock", "swa_full"):
         if not isinstance(getattr(p, key), bool):
             raise BoundsError(f"{prefix}.{key}", getattr(p, key), "true or false")
+    if not (isinstance(p.hugepages, bool) or p.hugepages == "auto"):
+        raise BoundsError(f"{prefix}.hugepages", p.hugepages, 'true, false or "auto"')
     if p.device is not None and (not isinstance(p.device, str) or not p.device):
         raise BoundsError(f"{prefix}.device", p.device, "a device name such as CPU or CUDA0")
     for endpoint in p.rpc:
