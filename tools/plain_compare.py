@@ -21,6 +21,13 @@ its own to the prompt plus ``--max-tokens``, padded to 256 cells (``--n-ctx`` ca
     python tools/plain_compare.py --rounds 15 --profile fast
     python tools/plain_compare.py --llama-bench PATH    # another llama-bench build
     python tools/plain_compare.py --depth 0             # llama-bench's plain tgN
+    python tools/plain_compare.py --bench-hugepages     # llama-bench's weights in huge pages too
+
+Our weights are in transparent huge pages where the kernel offers them (``hugepages =
+"auto"``, README "Huge pages"); llama-bench maps the file into 4 KiB pages, its default.
+``--bench-hugepages`` gives llama-bench huge pages as well (it reads the file into memory,
+``-lm none``, and glibc advises its large allocations huge, ``GLIBC_TUNABLES=
+glibc.malloc.hugetlb=1``), so that the two differ only by the loop around the decode.
 
 llama-bench comes from ``../shared/tools/native-compare.sh``, which builds it from
 the installed llama-cpp-python's own sources (``~/.cache/skippy-native``). Run
@@ -84,8 +91,12 @@ def bench_once(binary: Path, model: Path, args: argparse.Namespace) -> float:
     """llama-bench tgN at ``args.depth``, one repetition: tokens/s."""
     fa = "on" if args.profile == "fast" else "off"
     cmd = [str(binary), "-m", str(model), "-p", "0", "-n", str(args.tokens), "-t", str(args.threads)]
-    cmd += ["-d", str(args.depth)]
-    out = subprocess.run([*cmd, "-r", "1", "-fa", fa, "-o", "json"], capture_output=True, text=True, check=False)
+    cmd += ["-d", str(args.depth), "-r", "1", "-fa", fa, "-o", "json"]
+    env = None
+    if args.bench_hugepages:
+        cmd += ["-lm", "none"]
+        env = {**os.environ, "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     try:
         return float(json.loads(out.stdout)[0]["avg_ts"])
     except (ValueError, LookupError, TypeError):
@@ -114,6 +125,9 @@ def main() -> None:
     ap.add_argument("--n-ctx", type=int, default=0, help="our largest context window (default: the configured one)")
     ap.add_argument("--llama-bench", help="the llama-bench binary (default: native-compare.sh's build)")
     ap.add_argument("--depth", type=int, help="llama-bench's depth in tokens (default: our prompt's prefill)")
+    ap.add_argument(
+        "--bench-hugepages", action="store_true", help="llama-bench reads its weights into huge pages (as ours)"
+    )
     args = ap.parse_args()
     if shutil.which("skippy-tui") is None:
         sys.exit("skippy-tui is not on PATH: activate the project's virtual environment first")
@@ -123,7 +137,8 @@ def main() -> None:
     load = os.getloadavg()[0]
     print(
         f"{model.name}, {args.tokens} tokens at depth {args.depth}, {args.threads} threads, "
-        f"profile {args.profile}, load {load:.2f}"
+        f"profile {args.profile}, llama-bench weights {'huge pages' if args.bench_hugepages else 'mapped'}, "
+        f"load {load:.2f}"
     )
     bench, ours = [], []
     for r in range(args.rounds):
