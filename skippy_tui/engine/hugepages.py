@@ -69,7 +69,7 @@ def mem_available() -> int:
 
 @dataclass(frozen=True)
 class HostFacts:
-    """What decides ``hugepages = "auto"`` for one model (gathered by :func:`host_facts`)."""
+    """What decides ``hugepages = "auto"`` for one model, besides its size."""
 
     thp: str
     """The kernel's THP mode (:func:`thp_mode`)."""
@@ -94,21 +94,22 @@ def wanted(setting: bool | str, file_bytes: int, facts: HostFacts) -> bool:
     return facts.weights_on_host and 0 < file_bytes <= facts.available // 2
 
 
-def _anonymous_regions() -> set[tuple[int, int]]:
-    """``(start, end)`` of this process's writable anonymous mappings of at least 2 MiB."""
-    found: set[tuple[int, int]] = set()
+def _mappings() -> Iterator[tuple[int, int, str, str]]:
+    """``(start, end, perms, path)`` of this process's mappings (path "" when anonymous)."""
     try:
         lines = _MAPS.read_text().splitlines()
     except OSError:
-        return found
+        return
     for line in lines:
-        fields = line.split()
-        if len(fields) != 5 or not fields[1].startswith("rw"):
-            continue  # a file, [heap], [stack] ... or read-only
+        fields = line.split(maxsplit=5)
         start, end = (int(x, 16) for x in fields[0].split("-"))
-        if end - start >= _HUGE:
-            found.add((start, end))
-    return found
+        yield start, end, fields[1], fields[5] if len(fields) == 6 else ""
+
+
+def _anonymous_regions() -> set[tuple[int, int]]:
+    """``(start, end)`` of this process's writable anonymous mappings of at least 2 MiB
+    (not [heap], [stack] or a file)."""
+    return {(a, b) for a, b, perms, path in _mappings() if not path and perms.startswith("rw") and b - a >= _HUGE}
 
 
 @functools.cache
@@ -136,17 +137,7 @@ def _libc() -> ctypes.CDLL | None:
 def file_regions(path: Path) -> list[tuple[int, int]]:
     """``(start, end)`` of this process's mappings of the file ``path``."""
     want = os.path.realpath(path)
-    found = []
-    try:
-        lines = _MAPS.read_text().splitlines()
-    except OSError:
-        return found
-    for line in lines:
-        fields = line.split(maxsplit=5)
-        if len(fields) == 6 and fields[5] == want:
-            start, end = (int(x, 16) for x in fields[0].split("-"))
-            found.append((start, end))
-    return found
+    return [(a, b) for a, b, _perms, mapped in _mappings() if mapped == want]
 
 
 def _move_stretch(libc: ctypes.CDLL, start: int, end: int) -> bool:
