@@ -172,11 +172,11 @@ def move_to_huge_pages(regions: list[tuple[int, int]], stop: Callable[[], bool])
     stretch is replaced atomically by one ``mremap`` with the same bytes at the same
     addresses, so threads reading the weights meanwhile (a decode) read the same values.
     ``stop`` is asked between stretches. The caller keeps the mapping alive meanwhile (the
-    model is not freed until this returns). Returns the bytes moved (0 where the kernel
-    offers no THP or this is not Linux).
+    model is not freed until this returns). Call it where :func:`wanted` said yes. Returns
+    the bytes moved (0 off Linux).
     """
     libc = _libc()
-    if libc is None or thp_mode() not in ("always", "madvise"):
+    if libc is None:
         return 0
     moved = 0
     for start, end in regions:

@@ -7,10 +7,7 @@ runs before any weights are loaded or native memory is allocated.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +26,7 @@ from .native import Context, LoadParams, Model
 from .repack import repack_crash
 from .settings import ModelSpec, SpeculationSettings, validate_load_params
 from .speculator import Speculator
-from .threads import thread_wait_note
+from .threads import lower_threads, thread_wait_note
 from .window import INITIAL, fitted, grows, padded
 
 Progress = Callable[[str, float], None]
@@ -279,12 +276,10 @@ def load_speculator(
 
 
 def _move_to_huge_pages(models: list[Model]) -> None:
-    # nice 19 (on Linux a thread has its own): in the app a reply may start while the move
-    # runs, and its decode threads meet at a barrier after every operation, so a move at
-    # their priority would stall both; at 19 it takes what the decode leaves
-    if sys.platform == "linux":
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    # nice 19: in the app a reply may start while the move runs, and its decode threads
+    # meet at a barrier after every operation, so a move at their priority would stall
+    # both; at 19 it takes what the decode leaves
+    lower_threads((threading.get_native_id(),), 19)
     for model in models:  # one at a time: a 2-core machine has one core to spare at most
         model.huge_pages.move()
 

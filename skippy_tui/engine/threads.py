@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 
@@ -53,3 +53,19 @@ def thread_wait_note(environ: Mapping[str, str] = os.environ, openmp: bool | Non
         f"{setting} makes llama.cpp's threads sleep at every barrier: decoding runs about 2x slower "
         "(unset it for skippy-tui)"
     )
+
+
+def lower_threads(native_ids: Iterable[int], nice: int) -> bool:
+    """Give this process's threads ``native_ids`` the nice value ``nice`` (never a lower one;
+    on Linux a thread has its own).
+
+    Returns False where the OS refuses or cannot (not Linux); nothing else changes.
+    """
+    if sys.platform != "linux" or not hasattr(os, "setpriority"):
+        return False
+    try:
+        for tid in native_ids:
+            os.setpriority(os.PRIO_PROCESS, tid, max(nice, os.getpriority(os.PRIO_PROCESS, tid)))
+    except OSError:
+        return False
+    return True

@@ -50,6 +50,8 @@ from concurrent.futures import ThreadPoolExecutor
 from textual import events
 from textual.driver import Driver
 
+from ..engine import threads
+
 ENGINE_THREADS = 4
 """Worker threads kept at normal priority (loading, generation and a spare or two)."""
 
@@ -85,18 +87,8 @@ def terminal_path() -> str:
 
 
 def lower_threads(native_ids: Iterable[int], nice: int = UI_NICE) -> bool:
-    """Give this process's threads ``native_ids`` the nice value ``nice`` (never a lower one).
-
-    Returns False where the OS refuses or cannot (not Linux); nothing else changes.
-    """
-    if sys.platform != "linux" or not hasattr(os, "setpriority"):
-        return False
-    try:
-        for tid in native_ids:
-            os.setpriority(os.PRIO_PROCESS, tid, max(nice, os.getpriority(os.PRIO_PROCESS, tid)))
-    except OSError:
-        return False
-    return True
+    """:func:`skippy_tui.engine.threads.lower_threads` at the UI's nice value by default."""
+    return threads.lower_threads(native_ids, nice)
 
 
 def relay_executor(nice: int = UI_NICE) -> ThreadPoolExecutor:
