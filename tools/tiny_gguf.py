@@ -32,8 +32,11 @@ Limit of the pinned llama.cpp: a ``qwen35`` file with ``--mtp N`` loads for any 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
+import mmap
 import os
+import struct
 import sys
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -45,7 +48,6 @@ import numpy as np
 from gguf import (
     GGML_QUANT_SIZES,
     GGMLQuantizationType,
-    GGUFReader,
     GGUFValueType,
     GGUFWriter,
     LlamaFileType,
@@ -405,28 +407,82 @@ def _dims(
 # --- tokenizer -----------------------------------------------------------------------------
 
 
-def _smollm2_tokenizer() -> list[tuple[str, Any, GGUFValueType, GGUFValueType | None]]:
-    """SmolLM2's ``tokenizer.*`` keys as (key, value, type, array item type), strings as raw bytes."""
+Field = tuple[Any, GGUFValueType, GGUFValueType | None]
+"""A metadata value (strings as raw bytes, arrays as lists), its type and its items' type."""
+
+_SCALARS = {
+    GGUFValueType.UINT8: "<B",
+    GGUFValueType.INT8: "<b",
+    GGUFValueType.UINT16: "<H",
+    GGUFValueType.INT16: "<h",
+    GGUFValueType.UINT32: "<I",
+    GGUFValueType.INT32: "<i",
+    GGUFValueType.FLOAT32: "<f",
+    GGUFValueType.UINT64: "<Q",
+    GGUFValueType.INT64: "<q",
+    GGUFValueType.FLOAT64: "<d",
+    GGUFValueType.BOOL: "<?",
+}
+
+
+def read_gguf_header(path: Path) -> tuple[dict[str, Field], dict[str, tuple[GGMLQuantizationType, tuple[int, ...]]]]:
+    """A GGUF file's metadata and its tensors' (type, ``ne`` shape), without reading the weights.
+
+    gguf's ``GGUFReader`` takes seconds over SmolLM2's 100k tokenizer strings (a numpy
+    view per item); a sequential walk takes a fraction of that.
+    """
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        pos = 0
+
+        def take(fmt: str) -> Any:
+            nonlocal pos
+            (value,) = struct.unpack_from(fmt, buf, pos)
+            pos += struct.calcsize(fmt)
+            return value
+
+        def string() -> bytes:
+            nonlocal pos
+            n = take("<Q")
+            pos += n
+            return bytes(buf[pos - n : pos])
+
+        def value(vtype: GGUFValueType) -> Any:
+            return string() if vtype == GGUFValueType.STRING else take(_SCALARS[vtype])
+
+        magic, version, n_tensors, n_kv = take("<I"), take("<I"), take("<Q"), take("<Q")
+        if magic != 0x46554747 or version < 2:  # b"GGUF", little-endian
+            raise ValueError(f"not a GGUF v2+ file: {path}")
+        kv: dict[str, Field] = {}
+        for _ in range(n_kv):
+            key = string().decode()
+            vtype = GGUFValueType(take("<I"))
+            if vtype != GGUFValueType.ARRAY:
+                kv[key] = (value(vtype), vtype, None)
+                continue
+            sub, n = GGUFValueType(take("<I")), take("<Q")
+            if sub in (GGUFValueType.STRING, GGUFValueType.ARRAY):
+                items = [value(sub) for _ in range(n)]
+            else:
+                dtype = np.dtype(_SCALARS[sub])
+                items = np.frombuffer(buf, dtype, n, pos).tolist()
+                pos += n * dtype.itemsize
+            kv[key] = (items, vtype, sub)
+        tensors = {}
+        for _ in range(n_tensors):
+            name = string().decode()
+            ne = tuple(take("<Q") for _ in range(take("<I")))
+            tensors[name] = (GGMLQuantizationType(take("<I")), ne)
+            take("<Q")  # data offset
+        return kv, tensors
+
+
+@functools.cache  # a second model in the same process (a test session) reads it once
+def _smollm2_tokenizer() -> dict[str, Field]:
+    """SmolLM2's ``tokenizer.*`` metadata (vocabulary, merges, special tokens, chat template)."""
     from skippy_tui.engine.defaults import smollm2_q4_1_path
 
-    reader = GGUFReader(smollm2_q4_1_path(), "r")
-    out: list[tuple[str, Any, GGUFValueType, GGUFValueType | None]] = []
-    for key, field in reader.fields.items():
-        if not key.startswith("tokenizer."):
-            continue
-        vtype = field.types[0]
-        if vtype == GGUFValueType.ARRAY:
-            sub = field.types[-1]
-            if sub == GGUFValueType.STRING:
-                value: Any = [bytes(field.parts[i]) for i in field.data]
-            else:
-                value = [field.parts[i].tolist()[0] for i in field.data]
-            out.append((key, value, vtype, sub))
-        elif vtype == GGUFValueType.STRING:
-            out.append((key, bytes(field.parts[field.data[0]]), vtype, None))
-        else:
-            out.append((key, field.parts[field.data[0]].tolist()[0], vtype, None))
-    return out
+    kv, _ = read_gguf_header(smollm2_q4_1_path())
+    return {k: v for k, v in kv.items() if k.startswith("tokenizer.")}
 
 
 # --- writing -------------------------------------------------------------------------------
@@ -513,7 +569,7 @@ def write_tiny_gguf(
         raise TinyGGUFError(f"--seed must be >= 0, got {seed}")
     out = Path(out)
     tokenizer = _smollm2_tokenizer()
-    n_vocab = next(len(v) for k, v, _t, _s in tokenizer if k == "tokenizer.ggml.tokens")
+    n_vocab = len(tokenizer["tokenizer.ggml.tokens"][0])
 
     if arch == "qwen35":
         kv, tensors = _qwen35(d, mtp, n_vocab)
@@ -529,8 +585,8 @@ def write_tiny_gguf(
             writer.add_quantization_version(2)
         for key, (value, kind) in kv.items():
             _add_kv(writer, f"{arch}.{key}", value, kind)
-        for key, value, vtype, sub in tokenizer:
-            writer.add_key_value(key, value, vtype, sub_type=sub if vtype == GGUFValueType.ARRAY else None)
+        for key, (value, vtype, sub) in tokenizer.items():
+            writer.add_key_value(key, value, vtype, sub_type=sub)
 
         stored = [_stored_type(t, ftype) for t in tensors]
         for spec, qtype in zip(tensors, stored):
