@@ -70,3 +70,36 @@ def gemma3_270m(cache_dir: Path) -> Path:
         g.assemble(tmp, overwrite=True)
         os.replace(tmp, dest)
     return dest
+
+
+@pytest.fixture(scope="session")
+def tiny_models():
+    """Factory of tiny random-weight models: ``tiny_models("llama", ftype="q4_0")`` -> path, made once
+    (:func:`tiny_models.tiny_model`; the files outlive the session in ``.cache/tiny-gguf/``)."""
+    from tiny_models import tiny_model
+
+    return tiny_model
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen35(tiny_models) -> Path:
+    """Hybrid (gated delta-net + attention) with native recurrent rollback, 4 layers, embedding 64."""
+    return tiny_models("qwen35")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen35_mtp(tiny_models) -> Path:
+    """``tiny_qwen35``'s trunk (same weights) plus one MTP block; load it with ``load_mtp`` to use the block."""
+    return tiny_models("qwen35", mtp=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_lfm2(tiny_models) -> Path:
+    """Hybrid (short convolutions + attention) with native recurrent rollback, 4 layers, embedding 64."""
+    return tiny_models("lfm2")
+
+
+@pytest.fixture(scope="session")
+def tiny_mamba(tiny_models) -> Path:
+    """Recurrent without native rollback: a partial ``seq_rm`` is refused, state must be saved and restored."""
+    return tiny_models("mamba")
