@@ -24,9 +24,24 @@ the small recurrent tensors llama.cpp computes in F32 (convolutions, ``ssm_a``,
 need ``--embd`` and ``--ff`` to be multiples of 32 (the block size); a matrix
 whose rows are not (e.g. mamba's ``ssm_dt``) is stored at F16 instead.
 
-Limit of the pinned llama.cpp: a ``qwen35`` file with ``--mtp N`` loads for any N
+``--echo S`` (0 < S <= 1) makes a model whose greedy output mostly repeats its last
+token and changes now and then (see "echo" below), so that drafts are sometimes
+accepted and sometimes rejected; with ``--mtp 1`` its MTP block drafts "the same
+token again". ``--echo 0.94`` (:data:`ECHO_FOR_TESTS`) repeats in about 60-85 % of
+the greedy steps of a 64-token reply with the default sizes, for every arch (deeper
+models change more often); the MTP head's draft then equals the target's next token
+in about 65-85 % of steps. ``--mtp-only`` (qwen35 with ``--mtp N``) writes an MTP
+drafter file: the hparams, embedding, output norm and MTP blocks of the file of the
+same options, without its trunk; loaded with ``load_mtp`` its MTP context drafts
+exactly like the full file's.
+
+    python tools/tiny_gguf.py --arch qwen35 --mtp 1 --echo 0.94 qwen35-mtp-echo.gguf
+    python tools/tiny_gguf.py --arch qwen35 --mtp 1 --echo 0.94 --mtp-only qwen35-mtp-echo.mtp.gguf
+
+Limits of the pinned llama.cpp: a ``qwen35`` file with ``--mtp N`` loads for any N
 (``llama_model_n_layer_nextn`` = N), but an MTP context runs only ``N == 1``
-(its graph asserts a single block, which aborts the process).
+(its graph asserts a single block, which aborts the process). An ``--mtp-only`` file
+takes only MTP contexts: a plain context over it crashes the process (segfault).
 """
 
 from __future__ import annotations
@@ -40,7 +55,7 @@ import struct
 import sys
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -76,6 +91,8 @@ class TinyGGUFError(ValueError):
 
 
 Init = Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]
+Post = Callable[[np.ndarray, int], np.ndarray]
+"""Applied to each generated chunk with the index of its first row (e.g. a scale, an identity block)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +104,9 @@ class TensorSpec:
     init: Init
     matrix: bool = True
     """Stored at the requested type; False keeps it F32 (norms, biases, recurrent parameters)."""
+    residual: bool = False
+    """Writes into the residual stream (a block's output projection): ``--echo`` scales it."""
+    post: Post | None = None
 
 
 @dataclass(frozen=True)
@@ -145,21 +165,25 @@ def _norm(name: str, n: int) -> TensorSpec:
     return TensorSpec(name, (n,), _const(1.0), matrix=False)
 
 
-def _linear(name: str, n_in: int, n_out: int) -> TensorSpec:
-    return TensorSpec(name, (n_out, n_in), _matrix(n_in))
+def _linear(name: str, n_in: int, n_out: int, *, residual: bool = False) -> TensorSpec:
+    return TensorSpec(name, (n_out, n_in), _matrix(n_in), residual=residual)
 
 
 def _ffn(p: str, d: Dims) -> list[TensorSpec]:
     return [
         _linear(f"{p}.ffn_gate.weight", d.embd, d.ff),
         _linear(f"{p}.ffn_up.weight", d.embd, d.ff),
-        _linear(f"{p}.ffn_down.weight", d.ff, d.embd),
+        _linear(f"{p}.ffn_down.weight", d.ff, d.embd, residual=True),
     ]
+
+
+EMBD_STD = 0.5
+"""The token embedding's standard deviation, times sqrt(embd)."""
 
 
 def _embedding(d: Dims, n_vocab: int) -> TensorSpec:
     # Tied with the output head (no output.weight): small rows keep the logits moderate.
-    return TensorSpec("token_embd.weight", (n_vocab, d.embd), _normal(0.5 / math.sqrt(d.embd)))
+    return TensorSpec("token_embd.weight", (n_vocab, d.embd), _normal(EMBD_STD / math.sqrt(d.embd)))
 
 
 # --- architectures: (key/value pairs without the "ARCH." prefix, tensors) ------------------
@@ -210,7 +234,7 @@ def _qwen35(d: Dims, mtp: int, n_vocab: int) -> tuple[KV, list[TensorSpec]]:
             _linear(f"{p}.attn_q.weight", d.embd, 2 * d.heads * hd),  # query and its output gate
             _linear(f"{p}.attn_k.weight", d.embd, d.kv_heads * hd),
             _linear(f"{p}.attn_v.weight", d.embd, d.kv_heads * hd),
-            _linear(f"{p}.attn_output.weight", d.heads * hd, d.embd),
+            _linear(f"{p}.attn_output.weight", d.heads * hd, d.embd, residual=True),
             _norm(f"{p}.attn_q_norm.weight", hd),
             _norm(f"{p}.attn_k_norm.weight", hd),
         ]
@@ -226,7 +250,7 @@ def _qwen35(d: Dims, mtp: int, n_vocab: int) -> tuple[KV, list[TensorSpec]]:
             _linear(f"{p}.ssm_beta.weight", d.embd, dt_rank),
             _linear(f"{p}.ssm_alpha.weight", d.embd, dt_rank),
             _norm(f"{p}.ssm_norm.weight", d_state),
-            _linear(f"{p}.ssm_out.weight", value_dim, d.embd),
+            _linear(f"{p}.ssm_out.weight", value_dim, d.embd, residual=True),
         ]
 
     tensors = [_embedding(d, n_vocab), _norm("output_norm.weight", d.embd)]
@@ -276,7 +300,7 @@ def _lfm2(d: Dims, n_vocab: int) -> tuple[KV, list[TensorSpec]]:
                 _linear(f"{p}.attn_q.weight", d.embd, d.heads * hd),
                 _linear(f"{p}.attn_k.weight", d.embd, d.kv_heads * hd),
                 _linear(f"{p}.attn_v.weight", d.embd, d.kv_heads * hd),
-                _linear(f"{p}.attn_output.weight", d.heads * hd, d.embd),
+                _linear(f"{p}.attn_output.weight", d.heads * hd, d.embd, residual=True),
                 _norm(f"{p}.attn_q_norm.weight", hd),
                 _norm(f"{p}.attn_k_norm.weight", hd),
             ]
@@ -284,7 +308,7 @@ def _lfm2(d: Dims, n_vocab: int) -> tuple[KV, list[TensorSpec]]:
             tensors += [
                 TensorSpec(f"{p}.shortconv.conv.weight", (d.embd, l_cache), _matrix(l_cache), matrix=False),
                 _linear(f"{p}.shortconv.in_proj.weight", d.embd, 3 * d.embd),
-                _linear(f"{p}.shortconv.out_proj.weight", d.embd, d.embd),
+                _linear(f"{p}.shortconv.out_proj.weight", d.embd, d.embd, residual=True),
             ]
         tensors += [_norm(f"{p}.ffn_norm.weight", d.embd), *_ffn(p, d)]
     return kv, tensors
@@ -314,7 +338,7 @@ def _mamba(d: Dims, n_vocab: int) -> tuple[KV, list[TensorSpec]]:
             TensorSpec(f"{p}.ssm_dt.bias", (d_inner,), _mamba_dt_bias, matrix=False),
             TensorSpec(f"{p}.ssm_a", (d_inner, d_state), _mamba_a, matrix=False),
             TensorSpec(f"{p}.ssm_d", (d_inner,), _const(1.0), matrix=False),
-            _linear(f"{p}.ssm_out.weight", d_inner, d.embd),
+            _linear(f"{p}.ssm_out.weight", d_inner, d.embd, residual=True),
         ]
     return kv, tensors
 
@@ -339,11 +363,165 @@ def _llama(d: Dims, n_vocab: int) -> tuple[KV, list[TensorSpec]]:
             _linear(f"{p}.attn_q.weight", d.embd, d.heads * hd),
             _linear(f"{p}.attn_k.weight", d.embd, d.kv_heads * hd),
             _linear(f"{p}.attn_v.weight", d.embd, d.kv_heads * hd),
-            _linear(f"{p}.attn_output.weight", d.heads * hd, d.embd),
+            _linear(f"{p}.attn_output.weight", d.heads * hd, d.embd, residual=True),
             _norm(f"{p}.ffn_norm.weight", d.embd),
             *_ffn(p, d),
         ]
     return kv, tensors
+
+
+# --- echo: models whose greedy output mostly repeats the last token ------------------------
+#
+# With the embedding tied to the head, a hidden state equal to the input token's embedding
+# maps back to that token: ``--echo S`` scales every block's write into the residual stream
+# by 1 - S, so the last hidden state stays near the input token's embedding and greedy
+# decoding repeats it. Random blocks alone make that sticky: once a token repeats, the
+# context fills with it and settles, and it repeats for good. So one sequence mixer reads
+# the past and pushes away from it (inhibition): the last attention layer averages the
+# context uniformly (zero queries) and subtracts that average; mamba's last layer subtracts
+# a moving average of its input. A run ends when its token's share of that past outweighs
+# the margin by which it wins, and the blocks' random (scaled) noise picks the next token.
+# The attention's average covers the whole context, so its runs grow longer as the context
+# grows (at --echo 0.94 the repeat rate creeps from about 0.78 over 64 tokens to 0.85 over
+# 160); mamba's are steady. The inhibition is scaled by 1 - S too: at S = 1 the model only
+# repeats.
+
+ECHO_INHIBITION = 320.0
+"""Strength of the attention's inhibition, before the 1 - S factor, in units of an embedding
+coordinate (strong: the context's average dilutes a run's share of it)."""
+
+ECHO_MAMBA_INHIBITION = 32.0
+"""The same for mamba's moving average."""
+
+ECHO_MAMBA_DT = 0.1
+"""Step of mamba's inhibiting moving average: a token's weight decays by exp(-0.1) per token."""
+
+ECHO_FOR_TESTS = 0.94
+"""The ``--echo`` of the test fixtures: 60-85 % repeats, MTP drafts 65-85 % right (default sizes)."""
+
+
+def echo_scale(echo: float) -> float:
+    """The factor ``--echo`` puts on every tensor that writes into the residual stream."""
+    return 1.0 - echo
+
+
+def _scaled(factor: float) -> Post:
+    def post(values: np.ndarray, _start: int) -> np.ndarray:
+        values *= np.float32(factor)
+        return values
+
+    return post
+
+
+def _sparse(rows: Sequence[int], cols: Sequence[int] | None, vals: Sequence[float] | float) -> Post:
+    """A tensor of zeros but ``vals`` at (``rows``, ``cols``), a chunk at a time (``cols`` None: 1-D)."""
+    r = np.asarray(rows, dtype=np.int64)
+    c = None if cols is None else np.asarray(cols, dtype=np.int64)
+    v = np.broadcast_to(np.asarray(vals, dtype=np.float32), r.shape)
+
+    def post(values: np.ndarray, start: int) -> np.ndarray:
+        values[...] = 0.0
+        here = (r >= start) & (r < start + values.shape[0])
+        if c is None:
+            values[r[here] - start] = v[here]
+        else:
+            values[r[here] - start, c[here]] = v[here]
+        return values
+
+    return post
+
+
+def _eh_identity(gain: float, noise: float) -> Post:
+    """``nextn.eh_proj`` (rows: outputs; columns: the normalized token embedding, then the hidden state):
+    ``gain`` times the identity on the embedding half, the random draws times ``noise`` elsewhere."""
+
+    def post(values: np.ndarray, start: int) -> np.ndarray:
+        values *= np.float32(noise)
+        rows = np.arange(values.shape[0])
+        values[rows, start + rows] += np.float32(gain)
+        return values
+
+    return post
+
+
+def _attention_inhibition(p: str, d: Dims, gain: float, gated: bool) -> dict[str, Post]:
+    """Layer ``p``'s attention writes -``gain`` times the context's average of the first
+    kv_heads * head_dim coordinates of its (normalized) input: zero queries attend uniformly,
+    values copy those coordinates, the output projection subtracts them (qwen35's sigmoid
+    output gate, with zero gate rows, halves them: doubled back)."""
+    hd, group = d.head_dim, d.heads // d.kv_heads
+    width = d.kv_heads * hd
+    heads = [(h, j) for h in range(d.heads) for j in range(hd)]
+    return {
+        f"{p}.attn_q.weight": _sparse([], [], 0.0),
+        f"{p}.attn_v.weight": _sparse(range(width), range(width), 1.0),
+        f"{p}.attn_output.weight": _sparse(
+            [h // group * hd + j for h, j in heads],
+            [h * hd + j for h, j in heads],
+            -gain / group * (2.0 if gated else 1.0),
+        ),
+    }
+
+
+def _mamba_inhibition(p: str, d: Dims, gain: float) -> dict[str, Post]:
+    """Mamba layer ``p`` writes -``gain`` times a moving average of its input's first K = embd - 1
+    coordinates u, gated by the current u: channels k < K carry silu(u_k), channels K + k carry
+    silu(-u_k) (their difference is u_k), channel 2K a constant (the convolution's bias) from which
+    the scan's B and C are read; one state with a fixed step averages each channel; the output
+    projection subtracts the difference of the two halves."""
+    d_inner, dt_rank, d_state = 2 * d.embd, math.ceil(d.embd / 16), 16
+    k = d.embd - 1
+    const = 2 * k  # < d_inner
+    bias = 3.0
+    silu_bias = bias / (1.0 + math.exp(-bias))
+    decay = math.exp(-ECHO_MAMBA_DT)
+    codes = range(k)
+    return {
+        # x (rows < d_inner) and the gate z (the same, d_inner rows further): u and -u.
+        f"{p}.ssm_in.weight": _sparse(
+            [*codes, *(k + i for i in codes), *(d_inner + i for i in codes), *(d_inner + k + i for i in codes)],
+            [*codes, *codes, *codes, *codes],
+            [1.0] * k + [-1.0] * k + [1.0] * k + [-1.0] * k,
+        ),
+        # Only the current token's tap (the last), and the constant channel's bias.
+        f"{p}.ssm_conv1d.weight": _sparse(range(2 * k), [3] * (2 * k), 1.0),
+        f"{p}.ssm_conv1d.bias": _sparse([const], None, bias),
+        # dt from its bias alone; B and C: the constant channel on the first state.
+        f"{p}.ssm_x.weight": _sparse(
+            [dt_rank, dt_rank + d_state],
+            [const, const],
+            [(1.0 - decay) / ECHO_MAMBA_DT / silu_bias, 1.0 / silu_bias],
+        ),
+        f"{p}.ssm_dt.weight": _sparse([], [], 0.0),
+        f"{p}.ssm_dt.bias": _sparse(range(d_inner), None, math.log(math.expm1(ECHO_MAMBA_DT))),
+        f"{p}.ssm_d": _sparse([], None, 0.0),
+        f"{p}.ssm_out.weight": _sparse([*codes, *codes], [*codes, *(k + i for i in codes)], [-gain] * k + [gain] * k),
+    }
+
+
+def _with_echo(tensors: list[TensorSpec], arch: str, echo: float, d: Dims) -> list[TensorSpec]:
+    """The tensors of an ``--echo`` model (see above); an MTP block passes its token's embedding
+    on (``nextn.eh_proj``), its own writes scaled like the trunk's, without inhibition."""
+    factor = echo_scale(echo)
+    unit = factor * EMBD_STD / math.sqrt(d.embd)
+    names = {t.name for t in tensors}
+    built: dict[str, Post] = {}
+    # One inhibiting layer, the last that can: a second one would read (and undo) the first's.
+    attention = [il for il in range(d.layers) if f"blk.{il}.attn_v.weight" in names]
+    if attention:
+        built |= _attention_inhibition(f"blk.{attention[-1]}", d, ECHO_INHIBITION * unit, gated=arch == "qwen35")
+    if arch == "mamba":  # its last layer; the others add noise
+        built |= _mamba_inhibition(f"blk.{d.layers - 1}", d, ECHO_MAMBA_INHIBITION * unit)
+    out = []
+    for spec in tensors:
+        if spec.name in built:
+            spec = replace(spec, post=built[spec.name])
+        elif spec.residual:
+            spec = replace(spec, post=_scaled(factor))
+        elif spec.name.endswith(".nextn.eh_proj.weight"):
+            spec = replace(spec, post=_eh_identity(EMBD_STD / math.sqrt(d.embd), factor))
+        out.append(spec)
+    return out
 
 
 # --- validation ----------------------------------------------------------------------------
@@ -521,13 +699,14 @@ def _chunks(spec: TensorSpec, seed: int) -> Iterator[np.ndarray]:
     """The tensor's values, a few rows at a time, from a generator of its own."""
     # Seeding by name makes each tensor independent of the others (and of their order).
     rng = np.random.default_rng([seed, zlib.crc32(spec.name.encode())])
+    post = spec.post or (lambda values, _start: values)
     if len(spec.shape) == 1:
-        yield spec.init(rng, spec.shape)
+        yield post(spec.init(rng, spec.shape), 0)
         return
     rows, width = math.prod(spec.shape[:-1]), spec.shape[-1]
     step = max(1, CHUNK_ELEMENTS // width)
     for start in range(0, rows, step):
-        yield spec.init(rng, (min(step, rows - start), width))
+        yield post(spec.init(rng, (min(step, rows - start), width)), start)
 
 
 def _encode(values: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
@@ -555,10 +734,15 @@ def write_tiny_gguf(
     kv_heads: int | None = None,
     ftype: str = "f32",
     seed: int = 0,
+    echo: float = 0.0,
+    mtp_only: bool = False,
 ) -> Path:
     """Write a random-weight ``arch`` model with SmolLM2's tokenizer to ``out``, atomically.
 
-    Sizes left as ``None`` take the arch's tiny defaults (:data:`DEFAULTS`).
+    Sizes left as ``None`` take the arch's tiny defaults (:data:`DEFAULTS`). ``echo`` in
+    [0, 1] makes greedy decoding mostly repeat the last token (:func:`_with_echo`; 0 is the
+    plain random model). ``mtp_only`` (qwen35 with ``mtp``) writes only the MTP blocks, the
+    embedding and the output norm: an MTP drafter file for the target of the same options.
 
     Raises:
         TinyGGUFError: an unsupported architecture, size or type (checked before anything is written).
@@ -567,6 +751,10 @@ def write_tiny_gguf(
     d = _dims(arch, mtp, layers, embd, ff, heads, kv_heads, ftype)
     if seed < 0:  # numpy's seeds are non-negative
         raise TinyGGUFError(f"--seed must be >= 0, got {seed}")
+    if not 0.0 <= echo <= 1.0:  # also refuses NaN
+        raise TinyGGUFError(f"--echo must be between 0 and 1, got {echo}")
+    if mtp_only and (arch != "qwen35" or mtp < 1):
+        raise TinyGGUFError("--mtp-only needs --arch qwen35 and --mtp N (N >= 1)")
     out = Path(out)
     tokenizer = _smollm2_tokenizer()
     n_vocab = len(tokenizer["tokenizer.ggml.tokens"][0])
@@ -575,11 +763,17 @@ def write_tiny_gguf(
         kv, tensors = _qwen35(d, mtp, n_vocab)
     else:
         kv, tensors = {"lfm2": _lfm2, "mamba": _mamba, "llama": _llama}[arch](d, n_vocab)
+    if echo:
+        tensors = _with_echo(tensors, arch, echo, d)
+    if mtp_only:
+        # llama.cpp's qwen35 loader takes a file without blk.0.attn_norm for an MTP-only one.
+        trunk = tuple(f"blk.{il}." for il in range(d.layers))
+        tensors = [t for t in tensors if not t.name.startswith(trunk)]
 
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     writer = GGUFWriter(tmp, arch)
     try:
-        writer.add_name(f"tiny-{arch}")
+        writer.add_name(f"tiny-{arch}-mtp" if mtp_only else f"tiny-{arch}")
         writer.add_file_type(FILE_TYPES[ftype])
         if ftype.startswith("q"):
             writer.add_quantization_version(2)
@@ -635,6 +829,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kv-heads", type=int, help="key/value heads (grouped-query attention)")
     parser.add_argument("--type", dest="ftype", default="f32", choices=FTYPES, help="type of the matrices")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--echo",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help=f"0..1: greedy output mostly repeats the last token, more so as S nears 1 "
+        f"(0: plain random weights; {ECHO_FOR_TESTS}: 60-85 %% repeats)",
+    )
+    parser.add_argument(
+        "--mtp-only", action="store_true", help="qwen35 with --mtp: write only the MTP blocks (a drafter file)"
+    )
     try:
         args = parser.parse_args(argv)
         if args.out.is_dir():
@@ -655,6 +860,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             kv_heads=args.kv_heads,
             ftype=args.ftype,
             seed=args.seed,
+            echo=args.echo,
+            mtp_only=args.mtp_only,
         )
     except TinyGGUFError as e:
         parser.print_usage(sys.stderr)
