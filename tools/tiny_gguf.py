@@ -30,7 +30,10 @@ accepted and sometimes rejected; with ``--mtp 1`` its MTP block drafts "the same
 token again". ``--echo 0.94`` (:data:`ECHO_FOR_TESTS`) repeats in about 60-85 % of
 the greedy steps of a 64-token reply with the default sizes, for every arch (deeper
 models change more often); the MTP head's draft then equals the target's next token
-in about 65-85 % of steps. ``--mtp-only`` (qwen35 with ``--mtp N``) writes an MTP
+in about 65-85 % of steps. The useful range is about 0.9 (40-65 % repeats) to
+0.99 (95 %); below it the echo is gone, and how often a token repeats depends on
+the arch and is no longer monotonic in S (a random 2-layer llama repeats about
+half its tokens even at S = 0). ``--mtp-only`` (qwen35 with ``--mtp N``) writes an MTP
 drafter file: the hparams, embedding, output norm and MTP blocks of the file of the
 same options, without its trunk; loaded with ``load_mtp`` its MTP context drafts
 exactly like the full file's.
