@@ -103,3 +103,45 @@ def tiny_lfm2(tiny_models) -> Path:
 def tiny_mamba(tiny_models) -> Path:
     """Recurrent without native rollback: a partial ``seq_rm`` is refused, state must be saved and restored."""
     return tiny_models("mamba")
+
+
+def _echo() -> float:
+    """The ``--echo`` of the echo fixtures (``tiny_gguf.ECHO_FOR_TESTS``)."""
+    from tiny_models import generator
+
+    return generator().ECHO_FOR_TESTS
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen35_echo(tiny_models) -> Path:
+    """``tiny_qwen35``'s shape whose greedy output mostly repeats the last token and changes now and
+    then (about 60-85 % repeats over 64 tokens; runs grow slowly with the context): drafts of "the same
+    token again" are sometimes accepted, sometimes rejected."""
+    return tiny_models("qwen35", echo=_echo())
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen35_mtp_echo(tiny_models) -> Path:
+    """``tiny_qwen35_echo`` (same trunk) plus an MTP block that drafts "the same token again": with
+    ``load_mtp`` its MTP context's greedy draft equals the target's next token in about 65-85 % of steps."""
+    return tiny_models("qwen35", mtp=1, echo=_echo())
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen35_mtp_sidecar(tiny_models) -> Path:
+    """``tiny_qwen35_mtp_echo``'s MTP block alone (with the embedding and output norm, no trunk): an
+    external MTP drafter for ``tiny_qwen35_echo``/``tiny_qwen35_mtp_echo``, drafting exactly like the
+    integrated head. Load it with ``load_mtp`` and open only MTP contexts on it (a plain one crashes)."""
+    return tiny_models("qwen35", mtp=1, echo=_echo(), mtp_only=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_mamba_echo(tiny_models) -> Path:
+    """``tiny_mamba``'s shape whose greedy output mostly repeats the last token (about 80 %, steadily)."""
+    return tiny_models("mamba", echo=_echo())
+
+
+@pytest.fixture(scope="session")
+def tiny_lfm2_echo(tiny_models) -> Path:
+    """``tiny_lfm2``'s shape whose greedy output mostly repeats the last token (about 60-85 % over 64 tokens)."""
+    return tiny_models("lfm2", echo=_echo())

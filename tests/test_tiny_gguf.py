@@ -3,22 +3,25 @@
 Checked with llama.cpp's own C API (llama-cpp-python's ctypes functions), not
 through the engine: which kind of memory each model gets, that it decodes to
 finite logits, native recurrent rollback (qwen35, lfm2) against a fresh
-prefill, its refusal on mamba, and the MTP block of qwen35.
+prefill, its refusal on mamba, the MTP block of qwen35, the ``--echo`` models'
+greedy repeats and MTP drafts, and the ``--mtp-only`` drafter file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType
 from helpers import THREADS
+from llama_cpp import llama_cpp_ext
 from tiny_models import TOOL, generator
 
 from skippy_tui.engine.defaults import smollm2_q4_1_path
@@ -55,6 +58,10 @@ class Session:
         if ctx:
             self._stack.callback(llama_cpp.llama_free, ctx)
         return ctx
+
+    def defer(self, fn: Callable[..., object], *args: object) -> None:
+        """Call ``fn(*args)`` on exit (before what was opened earlier is freed)."""
+        self._stack.callback(fn, *args)
 
 
 @pytest.fixture
@@ -144,6 +151,158 @@ def test_several_mtp_blocks_load(api: Session, tiny_models) -> None:
     assert llama_cpp.llama_model_n_layer_nextn(model) == 2
 
 
+# --- echo models and the MTP drafter file --------------------------------------------------
+
+REPLY = 64
+ONE_THREAD = {"n_ctx": 128, "n_threads": 1, "n_threads_batch": 1}
+"""One token per decode: a second thread only waits (long, when the machine is busy)."""
+
+
+class MTPDrafter:
+    """An MTP context driven as llama.cpp's server drives it: the row for token x at position q
+    carries the target's hidden row (``llama_get_embeddings_nextn``) of position q - 1 (zeros
+    for q = 0); its logits at q draft the token at q + 1."""
+
+    def __init__(self, api: Session, model: ctypes.c_void_p, target: ctypes.c_void_p | None) -> None:
+        self.ctx = api.context(model, **ONE_THREAD, ctx_type=llama_cpp.LLAMA_CONTEXT_TYPE_MTP, ctx_other=target)
+        assert self.ctx, recent_log()
+        llama_cpp_ext.llama_set_embeddings_nextn(self.ctx, True, True)
+        self.n_embd = llama_cpp.llama_model_n_embd(model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
+        self.batch = llama_cpp.llama_batch_init(64, self.n_embd, 1)
+        self._tokens = (llama_cpp.llama_token * 64)()
+        self.batch.token = self._tokens  # a row with both: the token's embedding and a hidden state
+        api.defer(self._free)
+        self.previous = np.zeros(self.n_embd, dtype=np.float32)
+
+    def _free(self) -> None:
+        self.batch.token = ctypes.POINTER(llama_cpp.llama_token)()  # ours, not llama_batch_init's
+        llama_cpp.llama_batch_free(self.batch)
+
+    def feed(self, tokens: list[int], pos: int, hidden: np.ndarray) -> np.ndarray:
+        """Decode ``tokens`` (at ``pos``...) whose target rows were ``hidden``; each row's logits."""
+        embd = np.ctypeslib.as_array(self.batch.embd, shape=(64, self.n_embd))
+        self.batch.n_tokens = len(tokens)
+        for i, token in enumerate(tokens):
+            self.batch.token[i] = token
+            self.batch.pos[i] = pos + i
+            self.batch.n_seq_id[i] = 1
+            self.batch.seq_id[i][0] = 0
+            self.batch.logits[i] = True
+            embd[i] = self.previous
+            self.previous = hidden[i]
+        rc = llama_cpp.llama_decode(self.ctx, self.batch)
+        assert rc == 0, f"MTP llama_decode returned {rc}: {recent_log()}"
+        return np.stack(
+            [
+                np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.ctx, i), shape=(self.n_vocab,)).copy()
+                for i in range(len(tokens))
+            ]
+        )
+
+
+def greedy_reply(
+    api: Session, target_model: ctypes.c_void_p, drafters: Callable[[ctypes.c_void_p], list[MTPDrafter]] | None = None
+) -> tuple[list[int], list[list[np.ndarray]]]:
+    """The target's greedy reply of ``REPLY`` tokens to ``TOKENS``, and each drafter's logits for
+    each of its tokens (drafted the step before, as a speculative step would)."""
+    target = api.context(target_model, **ONE_THREAD)
+    assert target, recent_log()
+    ours = drafters(target) if drafters else []
+    if ours:
+        llama_cpp_ext.llama_set_embeddings_nextn(target, True, False)  # a hidden row for every token
+    n_embd = llama_cpp.llama_model_n_embd(target_model)
+
+    def step(tokens: list[int], pos: int) -> tuple[np.ndarray, list[np.ndarray]]:
+        logits = decode(target, tokens)
+        if not ours:
+            return logits, []
+        hidden = np.ctypeslib.as_array(llama_cpp_ext.llama_get_embeddings_nextn(target), shape=(len(tokens), n_embd))
+        return logits, [d.feed(tokens, pos, hidden.copy())[-1] for d in ours]
+
+    logits, drafts = step(TOKENS, 0)
+    reply: list[int] = []
+    drafted: list[list[np.ndarray]] = [[] for _ in ours]
+    for _ in range(REPLY):
+        reply.append(int(np.argmax(logits)))
+        for d, draft in zip(drafted, drafts):
+            d.append(draft)
+        logits, drafts = step(reply[-1:], len(TOKENS) + len(reply) - 1)
+    return reply, drafted
+
+
+def repeat_rate(reply: list[int]) -> float:
+    """The share of the reply's tokens equal to the one before them (the prompt's last, first)."""
+    tokens = [TOKENS[-1], *reply]
+    return float(np.mean([a == b for a, b in itertools.pairwise(tokens)]))
+
+
+@pytest.mark.parametrize("fixture", ["tiny_qwen35_echo", "tiny_lfm2_echo", "tiny_mamba_echo", "llama"])
+def test_echo_models_repeat_mostly_and_change_now_and_then(
+    api: Session, request: pytest.FixtureRequest, tiny_models, fixture: str
+) -> None:
+    path = (
+        tiny_models("llama", echo=generator().ECHO_FOR_TESTS)
+        if fixture == "llama"
+        else request.getfixturevalue(fixture)
+    )
+    reply, _ = greedy_reply(api, api.model(path))
+    rate = repeat_rate(reply)
+    assert 0.5 <= rate <= 0.92, (rate, reply)  # measured: 0.59 (lfm2) to 0.80 (mamba)
+    # Not stuck on one token: the reply still changes in its second half.
+    changes = sum(a != b for a, b in itertools.pairwise(reply[REPLY // 2 - 1 :]))
+    assert changes >= 2, reply
+
+
+def test_plain_models_do_not_echo(api: Session, tiny_qwen35: Path) -> None:
+    assert repeat_rate(greedy_reply(api, api.model(tiny_qwen35))[0]) < 0.1
+
+
+def own_mtp_drafts(api: Session, path: Path) -> tuple[list[int], list[bool]]:
+    """A qwen35 file's greedy reply and, for each token, whether its own MTP head drafted it."""
+    model = api.model(path, load_mtp=True)
+    reply, (drafts,) = greedy_reply(api, model, lambda target: [MTPDrafter(api, model, target)])
+    return reply, [int(np.argmax(d)) == token for d, token in zip(drafts, reply)]
+
+
+def test_echo_mtp_head_drafts_are_sometimes_right(
+    api: Session, tiny_qwen35_echo: Path, tiny_qwen35_mtp_echo: Path
+) -> None:
+    reply, right = own_mtp_drafts(api, tiny_qwen35_mtp_echo)
+    # Accepted and rejected drafts, both (measured: 72 % right).
+    assert 0.3 <= np.mean(right) <= 0.9, (np.mean(right), reply)
+    # The trunk is tiny_qwen35_echo's: the same greedy reply.
+    assert reply == greedy_reply(api, api.model(tiny_qwen35_echo))[0]
+
+
+def test_mtp_sidecar_drafts_exactly_like_the_integrated_head(
+    api: Session, tiny_qwen35_echo: Path, tiny_qwen35_mtp_echo: Path, tiny_qwen35_mtp_sidecar: Path
+) -> None:
+    _, tensors = generator().read_gguf_header(tiny_qwen35_mtp_sidecar)
+    assert "blk.0.attn_norm.weight" not in tensors  # llama.cpp's sign of an MTP-only file
+    assert {n.split(".")[1] for n in tensors if n.startswith("blk.")} == {"4"}
+    assert {"token_embd.weight", "output_norm.weight", "blk.4.nextn.eh_proj.weight"} <= set(tensors)
+
+    sidecar = api.model(tiny_qwen35_mtp_sidecar, load_mtp=True)
+    assert llama_cpp.llama_model_n_layer_nextn(sidecar) == 1
+    assert llama_cpp.llama_model_n_embd(sidecar) == 64
+    model = api.model(tiny_qwen35_mtp_echo, load_mtp=True)
+    _, (integrated, with_target, without) = greedy_reply(
+        api,
+        model,
+        lambda target: [
+            MTPDrafter(api, model, target),
+            MTPDrafter(api, sidecar, target),  # ctx_other = the target's context
+            MTPDrafter(api, sidecar, None),
+        ],
+    )
+    # Attached to the plain target of the same options (the same trunk, no MTP block of its own).
+    plain = api.model(tiny_qwen35_echo)
+    _, (attached,) = greedy_reply(api, plain, lambda target: [MTPDrafter(api, sidecar, target)])
+    for step, drafts in enumerate(zip(integrated, with_target, without, attached)):
+        assert all(np.array_equal(drafts[0], d) for d in drafts[1:]), step  # bit for bit
+
+
 def _tokenizer_metadata(model: ctypes.c_void_p) -> dict[str, str]:
     """The model's ``tokenizer.*`` scalar metadata as llama.cpp read it (arrays are not listed)."""
     buf = ctypes.create_string_buffer(1 << 16)
@@ -200,6 +359,8 @@ def test_same_seed_same_file_atomically(tmp_path: Path) -> None:
     b = write(tmp_path / "b.gguf", "mamba", layers=1, seed=7)
     c = write(tmp_path / "c.gguf", "mamba", layers=1, seed=8)
     assert a.read_bytes() == b.read_bytes() != c.read_bytes()
+    assert write(tmp_path / "d.gguf", "mamba", layers=1, seed=7, echo=0.0).read_bytes() == a.read_bytes()
+    (tmp_path / "d.gguf").unlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gguf", "b.gguf", "c.gguf"]  # no temp file left
 
 
@@ -218,6 +379,12 @@ def test_same_seed_same_file_atomically(tmp_path: Path) -> None:
         (["--arch", "llama", "--embd", "0"], "--embd must be between 8 and 16384"),
         (["--arch", "llama", "--ff", "100", "--type", "q4_0"], "--ff must be a multiple of 32 for --type q4_0"),
         (["--arch", "llama", "--seed", "-3"], "--seed must be >= 0"),
+        (["--arch", "llama", "--echo", "1.5"], "--echo must be between 0 and 1, got 1.5"),
+        (["--arch", "mamba", "--echo", "-0.1"], "--echo must be between 0 and 1, got -0.1"),
+        (["--arch", "lfm2", "--echo", "nan"], "--echo must be between 0 and 1, got nan"),
+        (["--arch", "qwen35", "--echo", "high"], "invalid float value: 'high'"),
+        (["--arch", "qwen35", "--mtp-only"], "--mtp-only needs --arch qwen35 and --mtp N"),
+        (["--arch", "lfm2", "--mtp-only"], "--mtp-only needs --arch qwen35 and --mtp N"),
     ],
 )
 def test_cli_rejects_bad_input(
@@ -241,3 +408,21 @@ def test_cli_rejects_a_missing_directory_without_a_traceback(tmp_path: Path) -> 
     assert run.returncode == 2
     assert "error: the output directory does not exist" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def _report() -> None:
+    """The echo models' measured rates: ``PYTHONPATH=. python tests/test_tiny_gguf.py [ECHO...]``."""
+    from tiny_models import tiny_model
+
+    for echo in [float(a) for a in sys.argv[1:]] or [generator().ECHO_FOR_TESTS]:
+        with contextlib.ExitStack() as stack:
+            api = Session(stack)
+            for arch in ("qwen35", "lfm2", "mamba", "llama"):
+                reply, _ = greedy_reply(api, api.model(tiny_model(arch, echo=echo)))
+                print(f"--echo {echo} {arch}: {repeat_rate(reply):.0%} of {REPLY} greedy tokens repeat the one before")
+            _, right = own_mtp_drafts(api, tiny_model("qwen35", mtp=1, echo=echo))
+            print(f"--echo {echo} qwen35 --mtp 1: the MTP head's draft is the target's next token {np.mean(right):.0%}")
+
+
+if __name__ == "__main__":
+    _report()
