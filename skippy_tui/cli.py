@@ -47,8 +47,10 @@ def trace_line(ev: Any) -> str:
         commit += f" (p {ev.p_target:.2f}" + (f" q {q:.2f})" if q is not None else ")")
     if ev.sampling is not None:
         commit += f" [sampling now {ev.sampling['sampler']} T={ev.sampling['temperature']:g}]"
+    if ev.rollback is not None:  # how the target dropped the rejected rows, and what it cost
+        commit += f" target {ev.rollback.label()} {ev.rollback.ms:.1f}ms"
     return (
-        f"step {ev.index:4d}  {ev.sync.label():<16} k={ev.k} {proposal} {commit}  "
+        f"step {ev.index:4d}  {ev.draft_source or 'plain':<6} {ev.sync.label():<16} k={ev.k} {proposal} {commit}  "
         f"n_past {ev.n_past_before}->{ev.n_past_after}  "
         f"sync {ev.sync_ms:.1f}ms draft {ev.draft_ms:.1f}ms verify {ev.verify_ms:.1f}ms"
         + (f"  ({ev.k_reason})" if ev.k_reason and ev.k_reason != "fixed" else "")

@@ -164,12 +164,12 @@ class ModelDrafter:
         stopped = False
         for i in range(k):
             t = time.perf_counter()
-            logits = self.cache.ctx.decode([*lead, current], pos + i, 1)[0]
+            logits = self._decode(i, [*lead, current], pos + i)
             call_ms.append((time.perf_counter() - t) * 1000)
             if lead:
                 self.cache.state.record_extend(lead)
                 pos, lead = pos + len(lead), []
-            self.cache.state.record_proposal_step(current)
+            self._record(i, current)
             rows.append(logits)
             tid, p, dist = rule.choose(logits)
             if p < p_min or tid >= self.vocab_limit:
@@ -182,6 +182,18 @@ class ModelDrafter:
                 stopped = True
                 break
         return Proposal(tuple(tokens), tuple(probs), tuple(rows), self.source, tuple(dists), tuple(call_ms), stopped)
+
+    def _decode(self, step: int, tokens: list[int], pos: int) -> np.ndarray:
+        """The logits row after ``tokens`` decoded at ``pos..`` (the proposal's ``step``-th call)."""
+        if step == 1 and self.cache.ctx.rollback != "kv":
+            # the first call decoded committed tokens only: a recurrent draft saves its state
+            # there, as it cannot drop the proposal's rows by itself
+            self.cache.mark("step")
+        return self.cache.ctx.decode(tokens, pos, 1)[0]
+
+    def _record(self, step: int, token: int) -> None:
+        """The ``step``-th call's input ``token`` is now cached."""
+        self.cache.state.record_proposal_step(token)
 
     def reset(self) -> None:
         self.cache.reset()

@@ -47,3 +47,7 @@ class DecodeError(SkippyError):
 
 class CancelledError(SkippyError):
     """Work was cancelled by the caller (used only where no event can carry it)."""
+
+
+class StateError(SkippyError):
+    """A sequence state could not be saved or restored (too large, or refused by llama.cpp)."""

@@ -49,22 +49,63 @@ class SyncInfo:
     ``start`` is the number of tokens kept); both 0 for ``synced``.
     ``folded``: the range was not decoded by the sync itself but in the same
     batch as the proposal's first draft call (its time is in the draft's).
+    ``via``: how a truncate dropped the tail: ``kv`` (or empty: the KV cache dropped
+    it), ``snapshot`` (a recurrent state rolled back to a snapshot) or ``restore`` (a
+    recurrent state restored to one saved at ``start`` tokens, the rest decoded again).
     """
 
     kind: str
     start: int = 0
     end: int = 0
     folded: bool = False
+    via: str = ""
 
     def label(self) -> str:
-        """Short badge text: ``synced``, ``extend 41..44``, ``truncate 38→44``, ``reset 0..44``."""
+        """Short badge text: ``synced``, ``extend 41..44``, ``truncate 38→44`` (``rollback
+        38→44`` from a snapshot, ``restore 38→44`` from a saved state), ``reset 0..44``."""
         if self.kind == "none":
             return "plain"
         if self.kind == "synced":
             return "synced"
         if self.kind == "truncate":
-            return f"truncate {self.start}→{self.end}"
+            verb = {"snapshot": "rollback", "restore": "restore"}.get(self.via, "truncate")
+            return f"{verb} {self.start}→{self.end}"
         return f"{self.kind} {self.start}..{self.end}"
+
+
+@dataclass(frozen=True, slots=True)
+class Rollback:
+    """How the target's KV cache dropped the rows a step did not commit (rejected drafts,
+    or drafts past an end of the reply).
+
+    ``via``: ``kv`` (an attention cache dropped them), ``snapshot`` (a recurrent state
+    rolled back to a snapshot llama.cpp kept), ``restore`` (a recurrent state restored
+    to the one saved before the verify, then the kept rows decoded again) or ``reset``
+    (nothing could drop them: the cache was emptied and refilled). ``dropped``: rows
+    the cache let go; ``redecoded``: rows decoded again; ``ms``: the time it took.
+    """
+
+    via: str
+    dropped: int
+    redecoded: int = 0
+    ms: float = 0.0
+
+    @classmethod
+    def of(cls, info: SyncInfo, before: int, ms: float) -> Rollback | None:
+        """The rollback a cache's sync ``info`` did, from ``before`` cached rows (None: none)."""
+        if info.kind == "truncate":
+            return cls(info.via or "kv", before - info.start, info.end - info.start, ms)
+        if info.kind == "reset":
+            return cls("reset", before, info.end, ms)
+        return None
+
+    def label(self) -> str:
+        """``drop 3``, ``rollback 3`` (snapshot), ``restore 3 +2`` (2 decoded again), ``reset +41``."""
+        if self.via == "restore":
+            return f"restore {self.dropped} +{self.redecoded}"
+        if self.via == "reset":
+            return f"reset +{self.redecoded}"
+        return f"{'rollback' if self.via == 'snapshot' else 'drop'} {self.dropped}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +172,8 @@ class StepVerified(Event):
     picked from (its raw softmax when greedy). ``p_target``: at the first
     rejection, the target's probability of the rejected token, likewise (None
     when nothing was rejected). ``sampling``: the sampling settings from this
-    step on, when they changed during the reply (F3), else None.
+    step on, when they changed during the reply (F3), else None. ``rollback``: how
+    the target's cache dropped what the step did not commit (None: nothing to drop).
     """
 
     type: ClassVar[str] = "step"
@@ -154,6 +196,7 @@ class StepVerified(Event):
     draft_source: str = ""
     p_target: float | None = None
     sampling: dict[str, Any] | None = None
+    rollback: Rollback | None = None
 
     @property
     def text(self) -> str:
@@ -216,7 +259,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-_NESTED = {"TokenInfo": TokenInfo, "TextSpan": TextSpan, "SyncInfo": SyncInfo}
+_NESTED = {"TokenInfo": TokenInfo, "TextSpan": TextSpan, "SyncInfo": SyncInfo, "Rollback": Rollback}
 
 
 def _build(hint: Any, value: Any) -> Any:

@@ -11,13 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .arch import memory_kind, mtp_heads_usable
 from .errors import ModelFileError
 from .labels import SHARD_RE, model_label
 
 _BLOCK_RE = re.compile(r"^blk\.(\d+)\.")
 
-CACHE_VERSION = 2
-"""Part of the header cache's key: bumped when :class:`ModelInfo` gains a field (2: ``n_params``),
+CACHE_VERSION = 3
+"""Part of the header cache's key: bumped when :class:`ModelInfo` gains a field (2: ``n_params``,
+3: ``n_nextn``, ``mtp_only``),
 so entries of an older version are never read (nor overwritten by it, where both run)."""
 
 # llama.cpp's tokenizer.ggml.model values and the vocab kinds they stand for
@@ -52,6 +54,18 @@ class ModelInfo:
     size_bytes: int
     tokens: tuple[str, ...] = field(repr=False)
     n_params: int | None = None
+    n_nextn: int = 0
+    mtp_only: bool = False
+
+    @property
+    def memory(self) -> str:
+        """``attention``, ``hybrid`` or ``recurrent`` (:func:`.arch.memory_kind`)."""
+        return memory_kind(self.architecture)
+
+    @property
+    def mtp_heads(self) -> int:
+        """MTP heads that can draft with the pinned llama.cpp (0: none, or unusable)."""
+        return 0 if mtp_heads_usable(self.architecture, self.n_nextn) else self.n_nextn
 
     @property
     def label(self) -> str:
@@ -79,6 +93,9 @@ class ModelInfo:
             "size_bytes": self.size_bytes,
             "n_params": self.n_params,
             "shards": len(self.shards),
+            "memory": self.memory,
+            "n_nextn": self.n_nextn,
+            "mtp_only": self.mtp_only,
         }
 
 
@@ -162,10 +179,12 @@ def read_model_info(path: str | Path) -> ModelInfo:
         tokens = _field(reader, "tokenizer.ggml.tokens")
         max_block = -1
         n_params = 0
+        trunk = False  # a block-0 tensor: an MTP sidecar holds only the NextN blocks
         for shard in shards:
             r = reader if shard == p else GGUFReader(shard, "r")
             for t in r.tensors:
                 n_params += int(t.n_elements)
+                trunk = trunk or t.name.startswith("blk.0.")
                 bm = _BLOCK_RE.match(t.name)
                 if bm:
                     max_block = max(max_block, int(bm.group(1)))
@@ -182,6 +201,7 @@ def read_model_info(path: str | Path) -> ModelInfo:
     if max_block < 0:
         raise ModelFileError(f"could not infer the layer count (no blk.N tensors) of {p}")
     add_bos = _field(reader, "tokenizer.ggml.add_bos_token")
+    n_nextn = int(_field(reader, f"{arch}.nextn_predict_layers") or 0)
     vocab_model = _field(reader, "tokenizer.ggml.model") or "unknown"
     return ModelInfo(
         path=p,
@@ -202,6 +222,8 @@ def read_model_info(path: str | Path) -> ModelInfo:
         size_bytes=sum(s.stat().st_size for s in shards),
         tokens=tuple(tokens),
         n_params=n_params,
+        n_nextn=n_nextn,
+        mtp_only=n_nextn > 0 and not trunk,
     )
 
 

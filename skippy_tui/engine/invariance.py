@@ -147,6 +147,7 @@ def probe(ctx: Context, max_rows: int, deep: bool = False, report: Callable[[flo
                 break
             if start > filled:
                 ctx.prefill(tokens[filled:start], filled)
+            rewind = _rewinder(ctx, start)
             rows = tokens[start : start + max_rows]
             ref = []
             for i, t in enumerate(rows[:limit]):
@@ -155,7 +156,7 @@ def probe(ctx: Context, max_rows: int, deep: bool = False, report: Callable[[flo
                 timings.setdefault(1, []).append((time.perf_counter() - t0) * 1000)
                 tick()
             for size in range(2, limit + 1):
-                ctx.remove_from(start)
+                rewind()
                 t0 = time.perf_counter()
                 out = ctx.decode(rows[:size], start, size)
                 timings.setdefault(size, []).append((time.perf_counter() - t0) * 1000)
@@ -164,13 +165,26 @@ def probe(ctx: Context, max_rows: int, deep: bool = False, report: Callable[[flo
                 if diff != 0.0:
                     limit, worst = size - 1, diff
                     break
-            ctx.remove_from(start)
+            rewind()
             filled = start
     finally:
         ctx.clear()
     ms = {b: median(v[1:] if b == 1 and len(v) > 1 else v) for b, v in timings.items() if b <= limit}
     exact = limit == max_rows and worst == 0.0
     return Invariance(None if exact else limit, max_rows, worst, tuple(windows), ms)
+
+
+def _rewinder(ctx: Context, start: int) -> Callable[[], None]:
+    """How the probe returns ``ctx`` to its first ``start`` tokens: a KV cache drops the
+    tail; a recurrent state cannot drop a whole batch, so it goes back to a saved state."""
+    if ctx.rollback == "kv":
+
+        def drop() -> None:
+            ctx.remove_from(start)
+
+        return drop
+    saved = ctx.capture(full=True)
+    return lambda: ctx.restore(saved)
 
 
 def cpu_model() -> str:

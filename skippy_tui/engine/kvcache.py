@@ -1,19 +1,33 @@
 """A llama.cpp context together with the bookkeeping of what its KV cache holds.
 
 :meth:`KvCache.sync` turns a :mod:`sync` plan into native work and records it
-only after the work succeeded. A truncation that the memory cannot do (recurrent
-or hybrid models refuse to drop part of a sequence; a sliding-window cache may
-already have evicted cells the kept prefix needs) falls back to a reset.
+only after the work succeeded. How a truncation drops the tail depends on the
+model's memory (:mod:`.arch`): an attention KV cache drops any tail; a recurrent
+state rolls back to a snapshot of its last decode (``snapshot``) or to a state
+saved at a quiescent boundary (:meth:`KvCache.mark`), after which the kept tokens
+past that point are decoded again (``restore``). Where neither can (or a
+sliding-window cache already evicted cells the kept prefix needs) the cache is
+reset and refilled, and the plan says so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
+from .errors import StateError
 from .events import SyncInfo
-from .native import Context
+from .native import Context, SeqState
 from .sync import AlreadySynced, DraftSyncState, Extend, Reset, Truncate
 from .window import grown, padded
+
+
+class Follower(Protocol):
+    """Something that mirrors a cache's contents (an MTP head follows its target's)."""
+
+    def truncated(self, keep: int) -> None:
+        """The cache now holds only its first ``keep`` tokens (0: it was emptied)."""
+        ...
 
 
 class KvCache:
@@ -24,6 +38,10 @@ class KvCache:
         self.state = DraftSyncState()
         # the window :meth:`fit` may grow to (tokens; the configured n_ctx, padded)
         self.n_ctx_max = max(n_ctx_max or 0, ctx.n_ctx)
+        # saved states by purpose ("step": before a verify or a proposal, "turn": a reply's
+        # start), each valid while the cache still holds the tokens it was taken after
+        self._saved: dict[str, SeqState] = {}
+        self.followers: list[Follower] = []
 
     def fit(self, need: int) -> None:
         """Make the window hold ``need`` tokens, up to :attr:`n_ctx_max`: a new context,
@@ -37,13 +55,29 @@ class KvCache:
         if need <= have or have >= self.n_ctx_max:
             return
         new = grown(self.ctx, min(self.n_ctx_max, max(padded(need), 2 * have)))
+        new.observer = self.ctx.observer
         self.ctx.close()
         self.ctx = new
+        self._saved.clear()  # states of the old context: the new one holds the same, unsaved
 
     @property
     def n_past(self) -> int:
         """Tokens the cache holds."""
         return len(self.state)
+
+    def mark(self, purpose: str = "step") -> bool:
+        """Save the state now, to roll back to (a recurrent model that cannot drop a tail by
+        itself); call it at a quiescent boundary (the cache holds exactly :attr:`state`'s
+        tokens). False when it cannot be saved (over the size bound): a later truncation
+        below what the memory rolls back resets instead."""
+        if self.ctx.rollback == "kv":
+            return False
+        try:
+            self._saved[purpose] = self.ctx.capture()
+        except StateError:
+            self._saved.pop(purpose, None)
+            return False
+        return True
 
     def sync(
         self,
@@ -64,6 +98,9 @@ class KvCache:
             ContextFullError, DecodeError: from the prefill; the bookkeeping then
                 matches what the cache still holds.
         """
+        if self.ctx.rollback != "kv" and self.ctx.pos_max() + 1 != len(self.state):
+            self.state.record_reset(())  # a failed decode emptied a state that could not drop its part
+            self._dropped(0)
         info = self._sync(context, cancelled, epoch, fold)
         self.state.mark_synced(epoch)
         return info
@@ -79,13 +116,16 @@ class KvCache:
                 return SyncInfo("extend", plan.from_, plan.to, folded=True)
             self._extend(context, plan.from_, plan.to, cancelled)
             return SyncInfo("extend", plan.from_, plan.to)
-        if isinstance(plan, Truncate) and self._truncate(plan.keep):
-            if self._folds(plan.to - plan.keep, fold):
-                # a rejection then a step this cache did not draft (plain): the correction token
-                # rides in the next proposal's first call, as a whole proposal's last token does
-                return SyncInfo("truncate", plan.keep, plan.to, folded=True)
-            self._extend(context, plan.keep, plan.to, cancelled)
-            return SyncInfo("truncate", plan.keep, plan.to)
+        if isinstance(plan, Truncate):
+            dropped = self.drop_after(plan.keep)
+            if dropped is not None:
+                kept, via = dropped
+                if self._folds(plan.to - kept, fold):
+                    # a rejection then a step this cache did not draft (plain): the correction token
+                    # rides in the next proposal's first call, as a whole proposal's last token does
+                    return SyncInfo("truncate", kept, plan.to, folded=True, via=via)
+                self._extend(context, kept, plan.to, cancelled)
+                return SyncInfo("truncate", kept, plan.to, via=via)
         stop = plan.to if isinstance(plan, (Reset, Truncate)) else max(len(context) - 1, 0)
         self.reset()
         self._extend(context, 0, stop, cancelled)
@@ -105,17 +145,44 @@ class KvCache:
         """Empty the cache."""
         self.ctx.clear()
         self.state.record_reset(())
+        self._dropped(0)
 
-    def _truncate(self, keep: int) -> bool:
+    def drop_after(self, keep: int) -> tuple[int, str] | None:
+        """Drop what the cache holds past its first ``keep`` tokens, as cheaply as its
+        memory allows: ``(kept, via)`` with ``via`` ``""`` (the KV cache) or ``snapshot`` (``kept ==
+        keep``) or ``restore`` (back to a saved state of ``kept <= keep`` tokens: the
+        caller decodes the rest again); None when it cannot (nothing changed)."""
+        via = "" if self.ctx.rollback == "kv" else self.ctx.rollback
+        if keep >= len(self.state):
+            return keep, via
         n_swa = self.ctx.model.n_swa
         if n_swa > 0:
             pos_min = self.ctx.pos_min()
             if pos_min > max(0, keep - n_swa):
-                return False  # the window the kept prefix needs was already evicted
-        if not self.ctx.remove_from(keep):
-            return False
-        self.state.record_truncate(keep)
-        return True
+                return None  # the window the kept prefix needs was already evicted
+        if self.ctx.remove_from(keep):
+            self.state.record_truncate(keep)
+            self._dropped(keep)
+            return keep, via
+        saved = max((s for s in self._saved.values() if s.n_tokens <= keep), key=lambda s: s.n_tokens, default=None)
+        if saved is None:
+            return None
+        try:
+            self.ctx.restore(saved)
+        except StateError:
+            self.state.record_reset(())
+            self._dropped(0)
+            return None
+        self.state.record_truncate(saved.n_tokens)
+        self._dropped(saved.n_tokens)
+        return saved.n_tokens, "restore"
+
+    def _dropped(self, keep: int) -> None:
+        """The cache now holds its first ``keep`` tokens: states saved after them are stale."""
+        for purpose in [p for p, s in self._saved.items() if s.n_tokens > keep]:
+            del self._saved[purpose]
+        for f in self.followers:
+            f.truncated(keep)
 
     def _extend(self, context: Sequence[int], start: int, stop: int, cancelled: Callable[[], bool] | None) -> None:
         # stop <= len(context) - 1: the plan never reaches the context's last token

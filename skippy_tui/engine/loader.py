@@ -14,15 +14,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import rpc
+from .arch import mtp_heads_usable, rollback_kind
 from .bounds import ContextCapacity, validate_capacity
 from .chat import ChatTemplate, template_for
 from .compat import check_compatible
 from .defaults import default_pair
 from .drafters import ModelDrafter
-from .errors import CancelledError, ModelFileError
+from .errors import CancelledError, IncompatibleModelsError, ModelFileError, StateError
 from .gguf_info import ModelInfo, cached_model_info
 from .invariance import cached_probe, probe_rows
+from .mtp import HiddenLog, MtpDrafter
 from .native import Context, LoadParams, Model
+from .native_mtp import MtpContext
 from .repack import repack_crash
 from .settings import ModelSpec, SpeculationSettings, validate_load_params
 from .speculator import Speculator
@@ -120,15 +123,19 @@ def check_spec(spec: EngineSpec, progress: Progress = _noop) -> tuple[Path, Mode
     d_info = cached_model_info(draft_path, info_cache) if draft_path is not None else None
     if d_info is not None:
         check_compatible(t_info, d_info)
-        check_capacity(spec, spec.speculation.k_max, with_draft=True)
-    elif spec.speculation.enabled and spec.speculation.source != "model":
-        # n-gram drafting without a draft model: only the target verifies
-        check_capacity(spec, spec.speculation.k_max, with_draft=False)
+        if d_info.mtp_only and (why := mtp_heads_usable(d_info.architecture, d_info.n_nextn)):
+            raise ModelFileError(f"the MTP drafter {d_info.path.name} cannot draft: {why}")
+        check_capacity(spec, spec.speculation.k_max, with_draft=True, target_arch=t_info.architecture)
+    elif (spec.speculation.enabled and spec.speculation.source != "model") or t_info.mtp_heads:
+        # n-gram drafting or the target's own heads, no draft model: only the target verifies
+        check_capacity(spec, spec.speculation.k_max, with_draft=False, target_arch=t_info.architecture)
     return target_path, t_info, draft_path, d_info
 
 
-def check_capacity(spec: EngineSpec, k: int, with_draft: bool) -> None:
-    """A verify batch of ``k + 1`` rows fits the target's batch (and the draft's).
+def check_capacity(spec: EngineSpec, k: int, with_draft: bool, target_arch: str = "") -> None:
+    """A verify batch of ``k + 1`` rows fits the target's batch (and the draft's), and a
+    target that rolls its recurrent state back from snapshots (:data:`.arch.SNAPSHOT_ROLLBACK`:
+    ``k`` of them, one micro-batch) has a micro-batch of ``k + 1`` rows.
 
     Raises:
         BoundsError: e.g. ``target.n_batch = 512 is out of bounds: must be >= 601``.
@@ -136,7 +143,9 @@ def check_capacity(spec: EngineSpec, k: int, with_draft: bool) -> None:
     t = spec.target.load
     d = spec.draft.load if spec.draft is not None else t
     draft = ContextCapacity("draft", d.n_batch, d.n_ubatch) if with_draft else None
-    validate_capacity(ContextCapacity("target", t.n_batch, t.n_ubatch), draft, k)
+    snapshots = rollback_kind(target_arch) == "snapshot"
+    target = ContextCapacity("target", t.n_batch, t.n_ubatch, snapshots, k if snapshots else 0)
+    validate_capacity(target, draft, k)
 
 
 def load_speculator(
@@ -177,7 +186,7 @@ def load_speculator(
 
     notes: list[str] = []
 
-    def load_model(path: Path, params: LoadParams, stage: str) -> Model:
+    def load_model(path: Path, params: LoadParams, stage: str, load_mtp: bool = False) -> Model:
         if params.repack:
             progress(f"{stage}: trying CPU weight repacking", 0.0)
             crash = repack_crash(path, params, spec.cache_dir, cancelled)
@@ -186,7 +195,7 @@ def load_speculator(
                 notes.append(crash)
                 params = dataclasses.replace(params, repack=False)
         try:
-            return Model(path, params, lambda f: _report(progress, stage, f, cancelled))
+            return Model(path, params, lambda f: _report(progress, stage, f, cancelled), load_mtp=load_mtp)
         except ModelFileError:
             checkpoint()  # llama.cpp's "could not load" after our callback asked it to stop
             raise
@@ -194,8 +203,11 @@ def load_speculator(
     target_path, t_info, draft_path, d_info = check_spec(spec, progress)
     checkpoint()
     owned: list[Model | Context] = []
+    # an MTP drafter file given as the draft (external heads), else the target's own heads
+    external = d_info is not None and d_info.mtp_only
+    own_heads = spec.use_draft and t_info.mtp_heads > 0 and not external
     try:
-        t_model = load_model(target_path, spec.target.load, f"loading target {t_info.label}")
+        t_model = load_model(target_path, spec.target.load, f"loading target {t_info.label}", own_heads)
         owned.append(t_model)
         checkpoint()
         template = template_for(t_model, t_info.chat_template, t_info.architecture, spec.target.chat_template)
@@ -206,31 +218,67 @@ def load_speculator(
         # a verify batch; the app (window None) may switch speculation on later, so it keeps both
         speculates = window is None or spec.speculation.enabled
         t_window, d_window = (fitted(need, p.n_ctx, p.n_batch, speculates) for p in (t_load, d_load))
-        t_ctx = Context(t_model, dataclasses.replace(t_load, n_ctx=t_window))
+        # a target whose recurrent state llama.cpp rolls back keeps a snapshot per proposed token
+        n_rs = spec.speculation.k_max if speculates and rollback_kind(t_info.architecture) == "snapshot" else 0
+        t_ctx = Context(t_model, dataclasses.replace(t_load, n_ctx=t_window), n_rs_seq=n_rs,
+                        hidden=own_heads or external)  # fmt: skip
         owned.append(t_ctx)
-        drafter = None
+        drafter: ModelDrafter | None = None
+        heads: Model | None = t_model if own_heads else None
         if draft_path is not None and d_info is not None:
-            d_model = load_model(draft_path, d_load, f"loading draft {d_info.label}")
+            d_model = load_model(draft_path, d_load, f"loading draft {d_info.label}", external)
             owned.append(d_model)
             checkpoint()
-            d_ctx = Context(d_model, dataclasses.replace(d_load, n_ctx=d_window))
-            owned.append(d_ctx)
-            drafter = ModelDrafter(d_model, d_ctx, padded(d_load.n_ctx))
+            if external:
+                heads = d_model
+            else:
+                d_ctx = Context(d_model, dataclasses.replace(d_load, n_ctx=d_window))
+                owned.append(d_ctx)
+                drafter = ModelDrafter(d_model, d_ctx, padded(d_load.n_ctx))
+        log = mtp_ctx = None
+        if heads is not None:
+            if heads.n_embd != t_model.n_embd:
+                raise IncompatibleModelsError(
+                    f"the MTP drafter {heads.path.name} reads hidden states {heads.n_embd} wide, and the target "
+                    f"{t_model.path.name}'s are {t_model.n_embd} wide: it belongs to another model"
+                )
+            log = HiddenLog(t_ctx.n_embd_hidden)
+            mtp_ctx = MtpContext(heads, dataclasses.replace(d_load, n_ctx=d_window), log.rows, t_ctx.n_embd_hidden)
+            owned.append(mtp_ctx)
         progress("warming up", 0.0)
         for ctx in (o for o in owned if isinstance(o, Context)):
             ctx.warm_up()
+        mtp = None
+        if heads is not None and mtp_ctx is not None and log is not None:
+            mtp = MtpDrafter(heads, mtp_ctx, t_ctx, log, padded(d_load.n_ctx))  # reads the target's rows from now
         speculation = spec.speculation
-        if drafter is None and speculation.enabled and speculation.source == "model":
+        if drafter is not None and (why := _state_refusal(drafter.cache.ctx, "draft")):
+            notes.append(why)
+            drafter.cache.ctx.close()
+            drafter.model.close()
+            owned = [o for o in owned if o not in (drafter.model, drafter.cache.ctx)]
+            drafter = None
+        if speculation.enabled and (
+            (speculation.source == "model" and drafter is None and mtp is None)
+            or (speculation.source == "mtp" and mtp is None)
+        ):
+            if speculation.source == "mtp":
+                why = mtp_heads_usable(t_info.architecture, t_info.n_nextn) or "no draft was asked for"
+                notes.append(f"source mtp: the target {t_info.label} cannot draft with MTP heads ({why})")
             speculation = dataclasses.replace(speculation, enabled=False)
-        no_rollback = rollback_refusal(t_model, drafter.model if drafter is not None else None)
-        if no_rollback:
+        if no_rollback := _state_refusal(t_ctx, "target"):
             speculation = dataclasses.replace(speculation, enabled=False)
+        elif t_ctx.rollback == "restore":
+            notes.append(
+                f"the target {t_info.label} keeps a recurrent state llama.cpp cannot roll back: a rejected "
+                "proposal restores the state saved before its verify and decodes the accepted tokens again"
+            )
     except BaseException:
         for obj in reversed(owned):
             obj.close()
         raise
     n_ctx = t_load.n_ctx
-    speculator = Speculator(t_model, t_ctx, template, drafter, speculation, t_info, d_info, padded(n_ctx))
+    speculator = Speculator(t_model, t_ctx, template, drafter, speculation, t_info, d_info, padded(n_ctx), mtp)
     speculator.no_rollback = no_rollback
     if speculator.n_ctx != n_ctx:  # llama.cpp pads the KV cache
         notes.append(f"llama.cpp rounded n_ctx {n_ctx} to {speculator.n_ctx} tokens")
@@ -260,7 +308,7 @@ def load_speculator(
                 raise
         # else (plain decoding, e.g. --no-draft): nothing will speculate, so the probe
         # waits until something does (a source chosen in the app), if ever
-    models = [m for m in (t_model, drafter.model if drafter is not None else None) if m is not None]
+    models = [m for m in dict.fromkeys((t_model, drafter.model if drafter is not None else None, heads)) if m]
     if any(m.huge_pages.pending for m in models):
         mover = threading.Thread(target=_move_to_huge_pages, args=(models,), name="huge-pages", daemon=True)
         mover.start()
@@ -284,20 +332,15 @@ def _move_to_huge_pages(models: list[Model]) -> None:
         model.huge_pages.move()
 
 
-def rollback_refusal(target: Model, draft: Model | None) -> str:
-    """Why speculation must stay off with these models, or ``""``.
-
-    A recurrent or hybrid model (Mamba, RWKV, Jamba, ...) keeps a state that
-    cannot drop its last tokens (``llama_memory_seq_rm`` refuses), so every
-    rejected proposal would re-prefill the whole context: a silent slowdown of
-    10× or more. Such a pair decodes plainly, and says why.
-    """
-    for role, model in (("target", target), ("draft", draft)):
-        if model is not None and model.recurrent_or_hybrid:
-            return (
-                f"the {role} {model.path.name} is a recurrent/hybrid model: its KV cache cannot drop rejected "
-                "tokens, so speculation is off (plain decoding)"
-            )
+def _state_refusal(ctx: Context, role: str) -> str:
+    """Why a model that rolls back by restoring a saved state cannot speculate (its state is
+    over the bound a saved state may have), or ``""``."""
+    if ctx.rollback != "restore":
+        return ""
+    try:
+        ctx.capture()
+    except StateError as e:
+        return f"the {role}'s rejected tokens could only leave by a saved state: {e}, so speculation is off"
     return ""
 
 

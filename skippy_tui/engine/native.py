@@ -12,13 +12,15 @@ from __future__ import annotations
 import ctypes
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
 from . import hugepages, rpc
-from .errors import ContextFullError, DecodeError, ModelFileError, SkippyError
+from .arch import RollbackKind
+from .errors import ContextFullError, DecodeError, ModelFileError, SkippyError, StateError
 from .native_backend import clear_log, ensure_backend, recent_log
 from .native_backend import llama_cpp as _L
 from .native_devices import device_handle, local_accelerators
@@ -130,9 +132,15 @@ ProgressFn = Callable[[float], bool]
 
 
 class Model:
-    """A loaded llama.cpp model with its vocabulary. Call :meth:`close` (or use ``with``)."""
+    """A loaded llama.cpp model with its vocabulary. Call :meth:`close` (or use ``with``).
 
-    def __init__(self, path: Path, params: LoadParams, progress: ProgressFn | None = None) -> None:
+    ``load_mtp``: also load the file's multi-token-prediction (NextN) blocks, for an
+    MTP draft context (:class:`MtpContext`); llama.cpp skips them otherwise.
+    """
+
+    def __init__(
+        self, path: Path, params: LoadParams, progress: ProgressFn | None = None, load_mtp: bool = False
+    ) -> None:
         ensure_backend()
         self.path = path
         self.huge_pages = hugepages.ModelPages(path, _huge_pages_wanted(path, params), params.mmap, params.mlock)
@@ -146,6 +154,8 @@ class Model:
             load_mode=_LOAD_MODES[params.mmap, params.mlock],
             use_extra_bufts=params.repack,
         )
+        if load_mtp:
+            _set(mp, load_mtp=True)
         handles, self.remote_devices = _model_devices(params)
         # (endpoint, connection) of each server this model's buffers live on: every native
         # call that may reach them goes through rpc.call, so a lost server is an error, not an abort
@@ -196,9 +206,14 @@ class Model:
         self.add_bos: bool = bool(_L.llama_vocab_get_add_bos(self.vocab))
         self.n_layer: int = _L.llama_model_n_layer(ptr)
         self.n_swa: int = _L.llama_model_n_swa(ptr) if hasattr(_L, "llama_model_n_swa") else 0
-        self.recurrent_or_hybrid: bool = bool(_L.llama_model_is_recurrent(ptr)) or bool(
-            getattr(_L, "llama_model_is_hybrid", lambda _p: False)(ptr)
-        )
+        self.is_recurrent: bool = bool(_L.llama_model_is_recurrent(ptr))
+        self.is_hybrid: bool = bool(_L.llama_model_is_hybrid(ptr))
+        # the KV cache alone cannot drop a tail: rejected tokens leave by a snapshot or a restore
+        self.recurrent_or_hybrid: bool = self.is_recurrent or self.is_hybrid
+        self.arch: str = self.meta("general.architecture") or ""
+        self.n_embd: int = _L.llama_model_n_embd(ptr)
+        self.mtp_loaded = load_mtp
+        self.n_nextn: int = int(_L.llama_model_n_layer_nextn(ptr)) if load_mtp else 0
         buf = ctypes.create_string_buffer(256)
         _L.llama_model_desc(ptr, buf, 256)
         self.desc: str = buf.value.decode("utf-8", "replace")
@@ -276,6 +291,12 @@ class Model:
             buf = ctypes.create_string_buffer(cap)
             n = _L.llama_detokenize(self.vocab, arr, len(tokens), buf, cap, False, False)
         return buf.raw[:n].decode("utf-8", "replace")
+
+    def meta(self, key: str) -> str | None:
+        """A metadata value of the file as text (``general.architecture``), or None."""
+        buf = ctypes.create_string_buffer(256)
+        n = _L.llama_model_meta_val_str(self.ptr, key.encode(), buf, 256)
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
 
     def builtin_chat_template(self) -> str | None:
         """The chat template llama.cpp reads from the model, if any."""
@@ -361,14 +382,41 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+MAX_STATE_BYTES = 64 << 20
+"""The largest sequence state the engine saves to roll back (the bounds contract's 64 MiB)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SeqState:
+    """A sequence's state from :meth:`Context.capture`: it held ``n_tokens`` tokens."""
+
+    n_tokens: int
+    data: ctypes.Array = field(repr=False)
+    size: int
+    flags: int
+
+
+@functools.cache
+def staging() -> ModuleType:
+    """llama-cpp-python's module of llama.cpp's staging APIs (the MTP head's), imported once."""
+    from llama_cpp import llama_cpp_ext
+
+    return llama_cpp_ext
+
+
 class Context:
     """One llama.cpp context (one sequence) over a :class:`Model`, with a reusable batch.
 
     Positions are token indices in the sequence; the engine keeps its own list of
     the tokens the KV cache holds (see :mod:`skippy_tui.engine.sync`).
+
+    ``n_rs_seq``: recurrent-state snapshots to keep per sequence (a recurrent or hybrid
+    model whose architecture llama.cpp rolls back itself; elsewhere llama.cpp grants 0).
+    ``hidden``: the target also outputs every row's hidden state before its output norm
+    (what an MTP head drafts from), handed to :attr:`observer` after each decode.
     """
 
-    def __init__(self, model: Model, params: LoadParams) -> None:
+    def __init__(self, model: Model, params: LoadParams, *, n_rs_seq: int = 0, hidden: bool = False) -> None:
         self.model = model
         self.params = params  # as asked; n_ctx, n_batch and n_ubatch below are what llama.cpp gave
         cp = _L.llama_context_default_params()
@@ -388,6 +436,9 @@ class Context:
             swa_full=params.swa_full,
             no_perf=True,
         )
+        if n_rs_seq and model.recurrent_or_hybrid:
+            _set(cp, n_rs_seq=n_rs_seq)
+        self._configure(cp)
         clear_log()
         self._rpc = model.rpc_servers
         ptr = rpc.call(self._rpc, _L.llama_init_from_model, model.ptr, cp)
@@ -402,14 +453,22 @@ class Context:
         self.n_ctx: int = _L.llama_n_ctx(ptr)
         self.n_batch: int = _L.llama_n_batch(ptr)
         self.n_ubatch: int = _L.llama_n_ubatch(ptr)
-        self._batch = _L.llama_batch_init(self.n_batch, 0, 1)
-        b = self._batch
-        self._tok = np.ctypeslib.as_array(b.token, shape=(self.n_batch,))
-        self._pos = np.ctypeslib.as_array(b.pos, shape=(self.n_batch,))
-        self._logits_flag = np.ctypeslib.as_array(b.logits, shape=(self.n_batch,))
-        np.ctypeslib.as_array(b.n_seq_id, shape=(self.n_batch,))[:] = 1
-        for i in range(self.n_batch):
-            b.seq_id[i][0] = 0
+        # what llama.cpp granted: 0 where the architecture cannot roll its state back itself
+        self.n_rs_seq: int = int(_L.llama_n_rs_seq(ptr)) if model.recurrent_or_hybrid else 0
+        self.rollback: RollbackKind = (
+            "kv" if not model.recurrent_or_hybrid else "snapshot" if self.n_rs_seq > 0 else "restore"
+        )
+        # trailing tokens whose snapshots the last decode left valid (recurrent memory: the
+        # last micro-batch's, and only until the next decode or rollback)
+        self._room = 0
+        self.hidden = hidden
+        self.n_embd_hidden = 0
+        # called after each decode with (tokens, pos0, hidden rows) when ``hidden``
+        self.observer: Callable[[Sequence[int], int, np.ndarray], None] | None = None
+        if hidden:
+            self.n_embd_hidden = int(_L.llama_model_n_embd_out(model.ptr)) or model.n_embd
+            staging().llama_set_embeddings_nextn(ptr, True, False)
+        self._make_batch()
         self._abort = False
         self._sigint = False  # Ctrl+C during this decode (see deferred_sigint)
         # [abort flag, NUL], read by the abort callback that ggml calls after every graph node
@@ -426,12 +485,36 @@ class Context:
             self._abort_cb = _abort_cb
         _L.llama_set_abort_callback(ptr, self._abort_cb, ctypes.cast(self._flag, ctypes.c_void_p))
 
+    @property
+    def extras(self) -> dict[str, object]:
+        """The keyword arguments this context was made with (a larger window makes its like)."""
+        return {"n_rs_seq": self.n_rs_seq, "hidden": self.hidden}
+
+    def _configure(self, cp: object) -> None:
+        """Context parameters a subclass adds (an MTP context's type)."""
+
+    def _make_batch(self) -> None:
+        self._batch = _L.llama_batch_init(self.n_batch, 0, 1)
+        b = self._batch
+        self._tok = np.ctypeslib.as_array(b.token, shape=(self.n_batch,))
+        self._pos = np.ctypeslib.as_array(b.pos, shape=(self.n_batch,))
+        self._logits_flag = np.ctypeslib.as_array(b.logits, shape=(self.n_batch,))
+        np.ctypeslib.as_array(b.n_seq_id, shape=(self.n_batch,))[:] = 1
+        for i in range(self.n_batch):
+            b.seq_id[i][0] = 0
+
+    def _free_batch(self) -> None:
+        _L.llama_batch_free(self._batch)
+
+    def _fill_rows(self, pos0: int, n: int) -> None:
+        """Batch inputs beside the token ids a subclass adds (an MTP head's hidden states)."""
+
     def close(self) -> None:
         if getattr(self, "ptr", None):
             ptr, self.ptr = self.ptr, None
             if rpc.lost_reason(self._rpc):
                 return  # as Model.close: leave what lives on a lost server alone
-            _L.llama_batch_free(self._batch)
+            self._free_batch()
             try:
                 rpc.call(self._rpc, _L.llama_free, ptr)
             except rpc.RpcLostError:
@@ -440,6 +523,7 @@ class Context:
     def _decode_chunk(self, tokens: Sequence[int], pos0: int, n_logits: int) -> None:
         n = len(tokens)
         self._tok[:n] = tokens
+        self._fill_rows(pos0, n)
         self._pos[:n] = np.arange(pos0, pos0 + n, dtype=np.int32)
         self._logits_flag[:n] = 0
         if n_logits:
@@ -450,7 +534,10 @@ class Context:
                 rc = rpc.call(self._rpc, _L.llama_decode, self.ptr, self._batch)
                 if rc != 0:
                     # drop whatever ubatches were applied, so the cache matches the bookkeeping
-                    rpc.call(self._rpc, _L.llama_memory_seq_rm, self.mem, 0, pos0, -1)
+                    # (a recurrent state that cannot drop them is emptied: its owner re-fills it)
+                    if not rpc.call(self._rpc, _L.llama_memory_seq_rm, self.mem, 0, pos0, -1):
+                        rpc.call(self._rpc, _L.llama_memory_clear, self.mem, True)
+                    self._room = 0
                     if rc == 1:
                         raise ContextFullError(
                             f"{self.model.path.name}: no KV slot for {n} tokens at position {pos0} (n_ctx {self.n_ctx})"
@@ -462,6 +549,19 @@ class Context:
             if self._sigint:
                 self._sigint = False
                 self._flag[0] = int(self._abort)
+        if self.n_rs_seq:
+            # llama.cpp keeps the last n_rs_seq + 1 tokens in one micro-batch: the states after
+            # each of them but the last are the snapshots a rollback may return to
+            self._room = min(n - 1, self.n_rs_seq)
+        if self.observer is not None:
+            self.observer(tokens, pos0, self.hidden_rows(n))
+
+    def hidden_rows(self, n: int) -> np.ndarray:
+        """The last decode's hidden states (``hidden``), ``(n, n_embd)`` float32, a copy."""
+        ptr = staging().llama_get_embeddings_nextn(self.ptr)
+        if not ptr:
+            raise DecodeError(f"{self.model.path.name}: llama.cpp returned no hidden states for the MTP head")
+        return np.ctypeslib.as_array(ptr, shape=(n, self.n_embd_hidden)).copy()
 
     def _stop_for_sigint(self) -> None:
         self._sigint = True
@@ -513,8 +613,60 @@ class Context:
                 raise
 
     def remove_from(self, pos: int) -> bool:
-        """Drop positions ``>= pos``. False when the memory cannot (recurrent/hybrid)."""
+        """Drop positions ``>= pos``; False when the memory cannot, and then nothing changed.
+
+        A recurrent state drops a tail only back to a snapshot of the last decode
+        (``rollback`` ``snapshot``, at most ``n_rs_seq`` tokens, once per decode): llama.cpp
+        itself would also accept a rollback into an older micro-batch, whose snapshots
+        no longer hold that sequence's states, so that is refused here.
+        """
+        if self.rollback != "kv" and pos > 0:
+            drop = self.pos_max() + 1 - pos
+            if drop <= 0:
+                return True
+            if drop > self._room:
+                return False
+        self._room = 0
         return bool(rpc.call(self._rpc, _L.llama_memory_seq_rm, self.mem, 0, pos, -1))
+
+    def capture(self, full: bool = False) -> SeqState:
+        """The sequence's state now, to :meth:`restore` later.
+
+        Call it at a quiescent boundary (no proposal decoded after what the caller's
+        bookkeeping holds). A recurrent or hybrid model's capture is its recurrent state
+        alone (``full`` False: a fixed size, whatever the context's length; its KV cache
+        drops a tail by itself); ``full`` takes the KV cache too.
+
+        Raises:
+            StateError: the state exceeds :data:`MAX_STATE_BYTES`, or llama.cpp wrote
+                another size than it announced.
+        """
+        flags = _L.LLAMA_STATE_SEQ_FLAGS_NONE if full else _L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        size = int(rpc.call(self._rpc, _L.llama_state_seq_get_size_ext, self.ptr, 0, flags))
+        if size > MAX_STATE_BYTES:
+            raise StateError(
+                f"{self.model.path.name}: its sequence state is {size / 2**20:.1f} MiB, over the "
+                f"{MAX_STATE_BYTES >> 20} MiB bound for a saved state"
+            )
+        buf = (ctypes.c_uint8 * max(size, 1))()
+        got = int(rpc.call(self._rpc, _L.llama_state_seq_get_data_ext, self.ptr, buf, size, 0, flags))
+        if got != size:
+            raise StateError(f"{self.model.path.name}: llama.cpp wrote {got} bytes of a {size}-byte state")
+        return SeqState(self.pos_max() + 1, buf, size, flags)
+
+    def restore(self, state: SeqState) -> None:
+        """Return to a :meth:`capture`: the state it saved, and the KV cache cut to its tokens.
+
+        Raises:
+            StateError: llama.cpp refused the state (nothing it held is to be trusted:
+                the sequence is emptied).
+        """
+        self._room = 0
+        read = int(rpc.call(self._rpc, _L.llama_state_seq_set_data_ext, self.ptr, state.data, state.size, 0,
+                            state.flags))  # fmt: skip
+        if read != state.size or not rpc.call(self._rpc, _L.llama_memory_seq_rm, self.mem, 0, state.n_tokens, -1):
+            self.clear()
+            raise StateError(f"{self.model.path.name}: llama.cpp could not restore a saved state")
 
     def warm_up(self) -> None:
         """Decode one token and forget it.
@@ -535,6 +687,7 @@ class Context:
 
     def clear(self) -> None:
         """Empty the KV cache."""
+        self._room = 0
         rpc.call(self._rpc, _L.llama_memory_clear, self.mem, True)
 
     def pos_min(self) -> int:

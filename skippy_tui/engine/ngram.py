@@ -307,13 +307,18 @@ class AutoDrafter(CombinedDrafter):
             self.model.reset()
 
 
-def build_drafter(source: str, model: ModelDrafter | None, ngram: NgramDrafter | None = None) -> Drafter | None:
-    """The drafter for a ``speculation.source``, from a loaded draft model (or None).
+def build_drafter(
+    source: str, model: ModelDrafter | None, ngram: NgramDrafter | None = None, mtp: ModelDrafter | None = None
+) -> Drafter | None:
+    """The drafter for a ``speculation.source``, from a loaded draft model or MTP head
+    (``model``: the one that drafts for ``model``, ``ngram+model`` and ``auto``), or None.
 
-    ``model`` without a draft model gives None (speculation off); ``ngram+model``
-    without one falls back to the n-gram drafter alone; ``auto`` works with or
-    without one.
+    ``model`` or ``mtp`` without such a drafter gives None (speculation off);
+    ``ngram+model`` without one falls back to the n-gram drafter alone; ``auto`` works
+    with or without one.
     """
+    if source == "mtp":
+        return mtp
     if source == "model":
         return model
     ngram = ngram if ngram is not None else NgramDrafter()

@@ -101,7 +101,7 @@ def draft_load_params(target: LoadParams, overrides: dict[str, object]) -> LoadP
     return dataclasses.replace(target, **{**DRAFT_LOAD, **overrides})  # type: ignore[arg-type]
 
 
-DRAFT_SOURCES = ("auto", "model", "ngram", "ngram+model")
+DRAFT_SOURCES = ("auto", "model", "ngram", "ngram+model", "mtp")
 PROFILES = ("exact", "fast")
 
 FAST_LOAD = {"flash_attn": "auto", "repack": True}
@@ -117,10 +117,12 @@ class SpeculationSettings:
     (:mod:`adaptive`). ``n_draft_max``: the largest k ``auto`` may pick,
     1..4096 (default 8). ``n_min``: below this many proposed tokens a step
     decodes plainly. ``p_min``: drafting stops when the draft's top probability
-    falls below it. ``source``: ``model`` (the draft model), ``ngram``
-    (prompt lookup, no model needed), ``ngram+model`` (n-gram when it
-    matches, else the model) or ``auto``: with ``n_draft = "auto"`` each step
-    chooses plain decoding, the n-gram proposal or the model's, and its length,
+    falls below it. ``source``: ``model`` (the draft model; without one, the
+    target's MTP heads), ``mtp`` (the target's multi-token-prediction heads, or an
+    MTP drafter file given as the draft: :mod:`.mtp`), ``ngram`` (prompt lookup, no
+    model needed), ``ngram+model`` (n-gram when it matches, else the model) or
+    ``auto``: with ``n_draft = "auto"`` each step chooses plain decoding, the n-gram
+    proposal or the model's (the MTP heads' where no draft model is loaded), and its length,
     from measured costs and acceptance (:class:`~.chooser.SourceChooser`);
     with a fixed k it drafts as ``ngram+model``. ``n_draft_max_ngram``: the
     longest n-gram proposal ``auto`` may make (1..4096, default 32: a proposal

@@ -47,11 +47,12 @@ from .chooser import SourceChooser
 from .cost_model import best_k
 from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import BoundsError, ContextFullError, SkippyError
-from .events import Event, FinishReason, ReplyStarted
+from .events import Event, FinishReason, ReplyStarted, Rollback
 from .gguf_info import ModelInfo
 from .invariance import Invariance
 from .kvcache import KvCache
 from .measurements import VerifyCosts
+from .mtp import MtpDrafter
 from .native import Context, Model
 from .ngram import HANDOFF, NGRAM_LOOKUP_MS, AutoDrafter, NgramDrafter, build_drafter
 from .sampling import PenaltyWindow
@@ -70,7 +71,7 @@ from .step import (
     sampling_dict,
     step_event,
 )
-from .verify import ReplySampler
+from .verify import Judge, ReplySampler, Verdict
 
 
 class Speculator:
@@ -90,6 +91,7 @@ class Speculator:
         target_info: ModelInfo | None = None,
         draft_info: ModelInfo | None = None,
         n_ctx: int | None = None,
+        mtp: MtpDrafter | None = None,
     ) -> None:
         self.target = target
         # largest verify batch that decodes bit-identically to plain decoding (None = any)
@@ -100,16 +102,21 @@ class Speculator:
         # n_ctx: the configured window (tokens), which the context grows to as replies need
         self.target_cache = KvCache(target_ctx, n_ctx)
         self.template = template
-        self.speculation = speculation or SpeculationSettings(enabled=drafter is not None)
-        # a ModelDrafter is kept aside so the draft source can change at runtime;
-        # any other Drafter is used as given
-        self.model_drafter = drafter if isinstance(drafter, ModelDrafter) else None
-        if self.model_drafter is not None:
-            self.model_drafter.vocab_limit = min(self.model_drafter.vocab_limit, target.n_vocab)
+        self.speculation = speculation or SpeculationSettings(enabled=drafter is not None or mtp is not None)
+        # model drafters are kept aside so the draft source can change at runtime; any other
+        # Drafter is used as given. The MTP head (mtp) drafts for "mtp", and for "model" and
+        # "auto" where no draft model is loaded (model_drafter is then the head too)
+        self.mtp_drafter = mtp
+        self.model_drafter = drafter if isinstance(drafter, ModelDrafter) else mtp
+        for d in (self.model_drafter, mtp):
+            if d is not None:
+                d.vocab_limit = min(d.vocab_limit, target.n_vocab)
+        if mtp is not None:
+            self.target_cache.followers.append(mtp)  # the head drops what the target drops
         self._ngram = NgramDrafter()
         self.drafter = drafter
         if drafter is None or self.model_drafter is not None:
-            self.drafter = build_drafter(self.speculation.source, self.model_drafter, self._ngram)
+            self.drafter = self._build(self.speculation.source)
         # n_draft = "auto" chooses k with an AdaptiveK per draft source (they share verify
         # costs), or with a SourceChooser over the n-gram's and the model's for source = "auto";
         # n_draft = K with FixedK. The estimator measures every step even with a fixed k (the
@@ -131,7 +138,7 @@ class Speculator:
         self._epoch: object | None = None
         # measures batch invariance (exact = true) when speculation is first used; None once done
         self.exactness_probe: Callable[[Callable[[float], None] | None], Invariance] | None = None
-        # why speculation must stay off (a recurrent/hybrid model cannot roll back), or ""
+        # why speculation must stay off (a recurrent model whose state is too large to save), or ""
         self.no_rollback = ""
         # what llama.cpp changed in the load settings (it pads n_ctx), said once by the CLI and app, or ""
         self.load_note = ""
@@ -157,13 +164,17 @@ class Speculator:
                 new.k_max,
             )
         if new.source != self.speculation.source:
-            drafter = build_drafter(new.source, self.model_drafter, self._ngram)
+            drafter = self._build(new.source)
             if drafter is None:
-                raise BoundsError("speculation.source", new.source, "ngram or ngram+model (no draft model loaded)")
+                loaded = "a draft model" if new.source == "model" else "MTP heads"
+                raise BoundsError("speculation.source", new.source, f"ngram, ngram+model or auto (no {loaded} loaded)")
             self.drafter = drafter
         self.speculation = new
         self._install_policy()
         return self.speculation
+
+    def _build(self, source: str) -> Drafter | None:
+        return build_drafter(source, self.model_drafter, self._ngram, self.mtp_drafter)
 
     def _install_policy(self) -> None:
         """One AdaptiveK per (draft source, sampling mode) measures every step (the
@@ -172,7 +183,7 @@ class Speculator:
         source = self.drafter.source if self.drafter is not None else "none"
         if source == "auto":
             ngram = self._policy("ngram")
-            model = self._policy("model") if self.model_drafter is not None else None
+            model = self._policy(self.model_drafter.source) if self.model_drafter is not None else None
             self.estimator = model or ngram
             self.k_policy = self._chooser(model, ngram) if self.speculation.auto else FixedK()
             if not self.speculation.auto:  # no chooser routes a fixed k: it drafts as ngram+model
@@ -250,7 +261,12 @@ class Speculator:
         if self.exactness_probe is None or not self.speculation.enabled or self.drafter is None:
             return
         self.target_cache.reset()
-        inv = self.exactness_probe(report)
+        ctx = self.target_cache.ctx
+        observer, ctx.observer = ctx.observer, None  # the probe's text is not the chat's
+        try:
+            inv = self.exactness_probe(report)
+        finally:
+            ctx.observer = observer
         self.exactness_probe = None
         self.invariance = inv
         self.verify_rows = inv.chunk
@@ -277,11 +293,11 @@ class Speculator:
         return rates[k] / rates[0]
 
     def close(self) -> None:
-        """Free both contexts and models (contexts first: they borrow the models)."""
-        cache = self.draft_cache
-        if cache is not None:
+        """Free the contexts and models (contexts first: they borrow the models)."""
+        for cache in self.draft_caches:
             cache.ctx.close()
-            cache.ctx.model.close()
+            if cache.ctx.model is not self.target:  # an integrated MTP head's model is the target
+                cache.ctx.model.close()
         self.target_cache.ctx.close()
         self.target.close()
 
@@ -292,14 +308,19 @@ class Speculator:
     def _set_abort(self, flag: bool) -> None:
         # both contexts: a flag left set on the draft would fail every later reply
         self.target_cache.ctx.set_abort(flag)
-        cache = self.draft_cache
-        if cache is not None:
+        for cache in self.draft_caches:
             cache.ctx.set_abort(flag)
 
     @property
     def draft_cache(self) -> KvCache | None:
-        """The draft model's KV cache (None without a draft model)."""
+        """The draft model's KV cache (the MTP head's without one; None with neither)."""
         return getattr(self.model_drafter or self.drafter, "cache", None)
+
+    @property
+    def draft_caches(self) -> list[KvCache]:
+        """Every drafter's KV cache: a draft model's and an MTP head's."""
+        caches = [getattr(d, "cache", None) for d in (self.model_drafter, self.mtp_drafter, self.drafter)]
+        return [c for c in dict.fromkeys(caches) if c is not None]
 
     @property
     def n_ctx(self) -> int:
@@ -315,8 +336,8 @@ class Speculator:
             ModelFileError, DecodeError: a context could not grow (it is unchanged).
         """
         self.target_cache.fit(need)
-        if self.draft_cache is not None:
-            self.draft_cache.fit(need)
+        for cache in self.draft_caches:
+            cache.fit(need)
 
     @property
     def n_past(self) -> int:
@@ -327,9 +348,10 @@ class Speculator:
         """Drop both KV caches (a new chat)."""
         self.target_cache.reset()
         self._ngram.reset()
-        if self.model_drafter is not None:
-            self.model_drafter.reset()
-        if self.drafter is not None and self.drafter not in (self._ngram, self.model_drafter):
+        for d in dict.fromkeys((self.model_drafter, self.mtp_drafter)):
+            if d is not None:
+                d.reset()
+        if self.drafter is not None and self.drafter not in (self._ngram, self.model_drafter, self.mtp_drafter):
             self.drafter.reset()
 
     # -- generation ------------------------------------------------------------------
@@ -451,9 +473,10 @@ class Speculator:
                 break
             committed = reply.commit(proposed.proposal, verified.verdict)
             t_commit = time.perf_counter()
-            if trim_error := self._trim_target(context):
+            rollback, trim_error = self._trim_target(context)
+            if trim_error:
                 committed, error = replace(committed, reason="error"), trim_error  # the step stands; the reply ends
-            step = Step(choice, synced, proposed, verified, committed)
+            step = Step(choice, synced, proposed, verified, committed, rollback)
             event = step_event(step, index, (n_past, self.n_past), self.target, changed)
             # the step's time includes building its event (the panel's top-k lists)
             t_end = time.perf_counter()
@@ -574,19 +597,55 @@ class Speculator:
         """
         t = time.perf_counter()
         batch = [context[-1], *proposal.tokens]
-        logits = self._verify_decode(batch, len(context) - 1)
-        self.target_cache.state.record_extend(batch)
-        verdict = sampler.verify(proposal.tokens, logits, len(context), window, proposal.dists)
+        n_past = len(context) - 1
+        if self.target_cache.ctx.rollback == "kv" or not proposal.tokens:
+            logits = self._verify_decode(batch, n_past)
+            self.target_cache.state.record_extend(batch)
+            verdict = sampler.verify(proposal.tokens, logits, len(context), window, proposal.dists)
+        else:
+            logits, verdict = self._verify_recurrent(batch, n_past, sampler.judge(
+                proposal.tokens, len(context), window, proposal.dists))  # fmt: skip
         return Verified(logits, verdict, (time.perf_counter() - t) * 1000)
 
-    def _trim_target(self, context: list[int]) -> str:
+    def _verify_recurrent(self, batch: list[int], n_past: int, judge: Judge) -> tuple[np.ndarray, Verdict]:
+        """Verify on a recurrent or hybrid target: in chunks, judging each chunk's rows before
+        decoding the next, so a rejection always lies in the last chunk decoded, whose
+        snapshots roll it back (chunks of at most ``n_rs_seq + 1`` rows); a target without
+        snapshots saves its state first (:meth:`.KvCache.mark`) and restores it on a rejection.
+
+        Raises:
+            SkippyError: a decode failed (the bookkeeping holds what stayed cached).
+        """
+        cache = self.target_cache
+        ctx = cache.ctx
+        if ctx.rollback == "restore":
+            cache.mark("step")
+        size = self.verify_rows or len(batch)
+        if ctx.rollback == "snapshot":
+            size = min(size, ctx.n_rs_seq + 1)
+        parts: list[np.ndarray] = []
+        for i in range(0, len(batch), size):
+            chunk = batch[i : i + size]
+            rows = ctx.decode(chunk, n_past + i, len(chunk))
+            cache.state.record_extend(chunk)
+            parts.append(rows)
+            for row in rows:
+                verdict = judge.row(row)
+                if verdict is not None:
+                    return np.concatenate(parts), verdict
+        raise AssertionError("the judge gives its verdict by the batch's last row")  # pragma: no cover
+
+    def _trim_target(self, context: list[int]) -> tuple[Rollback | None, str]:
         """Drop rejected (and post-stop) positions from the target's KV cache, so it holds
-        only committed tokens; the error's message if that failed, else ``""``."""
+        only committed tokens: how (None when nothing was dropped), and the error's
+        message if that failed, else ``""``."""
+        before = self.target_cache.n_past
+        t = time.perf_counter()
         try:
-            self.target_cache.sync(context, epoch=self._epoch)
+            info = self.target_cache.sync(context, epoch=self._epoch)
         except SkippyError as e:
-            return str(e)
-        return ""
+            return None, str(e)
+        return Rollback.of(info, before, (time.perf_counter() - t) * 1000), ""
 
     def _learn(self, reply: Reply, step: Step, step_ms: float, rollback_ms: float, cold: bool = False) -> None:
         """Add the finished step to the reply's totals and to what the k policies measure.

@@ -25,7 +25,7 @@ import numpy as np
 
 from .adaptive import AdaptiveK
 from .drafters import Proposal
-from .events import FinishReason, ReplyFinished, StepVerified, SyncInfo, TextSpan, TokenInfo
+from .events import FinishReason, ReplyFinished, Rollback, StepVerified, SyncInfo, TextSpan, TokenInfo
 from .sampling import PenaltyWindow, SamplingParams, top_softmax
 from .settings import GenerationSettings
 from .stats import AcceptanceStats
@@ -142,13 +142,16 @@ class Committed:
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """Everything one step did, for its event and for the k policy that measures it."""
+    """Everything one step did, for its event and for the k policy that measures it;
+    ``rollback``: how the target's cache dropped what the step did not commit (None:
+    nothing to drop)."""
 
     choice: KChoice
     synced: Synced
     proposed: Proposed
     verified: Verified
     committed: Committed
+    rollback: Rollback | None = None
 
     @property
     def n_proposed(self) -> int:
@@ -338,6 +341,7 @@ def step_event(
         draft_source=proposal.source if proposal.tokens else "",
         p_target=verified.verdict.p_target,
         sampling=sampling,
+        rollback=step.rollback,
     )
 
 

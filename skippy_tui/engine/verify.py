@@ -204,31 +204,24 @@ class ReplySampler:
             dists: the draft's distributions per token (rejection sampling; missing
                 or ``None`` = a deterministic proposal).
         """
-        params = self.params
-        win = window.copy() if window is not None and params.penalised else None
-        rejection = params.sampler == "rejection" and not params.greedy
-        coupled = not rejection and not params.greedy
-        expected: list[float | None] = []
-        for i, d in enumerate(proposal):
-            q = dists[i] if i < len(dists) else None
-            if rejection:
-                accepted, tok, p_d = self._rejection_row(rows[i], position + i, win, d, q)
-            elif coupled:
-                c = candidates(rows[i], params, win)
-                tok = gumbel_pick(c, self.seed, position + i)
-                accepted = tok == d
-                p_d = None if accepted else c.prob_of(d)
-                expected.append(expected_acceptance(c, q, d))
-            else:
-                tok = self.pick(rows[i], position + i, win)
-                accepted, p_d = tok == d, None
-            if not accepted:
-                p_d = p_d if p_d is not None else self.prob(rows[i], d, win)
-                return Verdict(i, tok, p_d, tuple(expected))
-            if win is not None:
-                win.push(d)
-        k = len(proposal)
-        return Verdict(k, self.pick(rows[k], position + k, win), None, tuple(expected))
+        judge = self.judge(proposal, position, window, dists)
+        for row in rows:
+            verdict = judge.row(row)
+            if verdict is not None:
+                return verdict
+        raise ValueError(f"{len(rows)} rows for a proposal of {len(proposal)} tokens")
+
+    def judge(
+        self,
+        proposal: Sequence[int],
+        position: int,
+        window: PenaltyWindow | None = None,
+        dists: Sequence[Candidates | None] = (),
+    ) -> Judge:
+        """:meth:`verify` row by row: a :class:`Judge` that takes the target's rows in order
+        and gives the verdict as soon as it is known (at the first rejection, or after the
+        ``k + 1``-th row), so a target verifying in chunks may stop decoding there."""
+        return Judge(self, proposal, position, window, dists)
 
     def prob(self, row: np.ndarray, token: int, window: PenaltyWindow | None = None) -> float:
         """The target's probability of ``token``: under the sampled distribution, or
@@ -258,3 +251,53 @@ class ReplySampler:
         live = np.flatnonzero(r > 0)
         g = noise.gumbel(self.seed, position, p.ids[live], noise.RESIDUAL)
         return False, int(p.ids[live[int(np.argmax(np.log(r[live]) + g))]]), p_d
+
+
+class Judge:
+    """One proposal's verification, fed the target's rows one at a time (see
+    :meth:`ReplySampler.judge`); the rule is :meth:`ReplySampler.verify`'s."""
+
+    __slots__ = ("_coupled", "_dists", "_expected", "_i", "_proposal", "_rejection", "_s", "_win", "position")
+
+    def __init__(
+        self,
+        sampler: ReplySampler,
+        proposal: Sequence[int],
+        position: int,
+        window: PenaltyWindow | None,
+        dists: Sequence[Candidates | None],
+    ) -> None:
+        params = sampler.params
+        self._s, self._proposal, self._dists, self.position = sampler, proposal, dists, position
+        self._win = window.copy() if window is not None and params.penalised else None
+        self._rejection = params.sampler == "rejection" and not params.greedy
+        self._coupled = not self._rejection and not params.greedy
+        self._expected: list[float | None] = []
+        self._i = 0
+
+    def row(self, row: np.ndarray) -> Verdict | None:
+        """Judge the next row: the verdict once decided, else None (the next row is needed)."""
+        s, i, win, proposal = self._s, self._i, self._win, self._proposal
+        pos = self.position + i
+        if i == len(proposal):
+            return Verdict(i, s.pick(row, pos, win), None, tuple(self._expected))
+        d = proposal[i]
+        q = self._dists[i] if i < len(self._dists) else None
+        if self._rejection:
+            accepted, tok, p_d = s._rejection_row(row, pos, win, d, q)
+        elif self._coupled:
+            c = candidates(row, s.params, win)
+            tok = gumbel_pick(c, s.seed, pos)
+            accepted = tok == d
+            p_d = None if accepted else c.prob_of(d)
+            self._expected.append(expected_acceptance(c, q, d))
+        else:
+            tok = s.pick(row, pos, win)
+            accepted, p_d = tok == d, None
+        if not accepted:
+            p_d = p_d if p_d is not None else s.prob(row, d, win)
+            return Verdict(i, tok, p_d, tuple(self._expected))
+        if win is not None:
+            win.push(d)
+        self._i = i + 1
+        return None

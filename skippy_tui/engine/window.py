@@ -67,7 +67,7 @@ def grown(ctx: Context, n_ctx: int) -> Context:
             or refused the copy; nothing is left allocated.
         DecodeError: the warm-up decode failed.
     """
-    new = Context(ctx.model, dataclasses.replace(ctx.params, n_ctx=n_ctx))
+    new = type(ctx)(ctx.model, dataclasses.replace(ctx.params, n_ctx=n_ctx), **ctx.extras)  # type: ignore[arg-type]
     try:
         new.warm_up()  # before the copy: the warm-up clears the cache
         if ctx.pos_max() < 0:
