@@ -229,7 +229,14 @@ class Config:
             elif target.path is None:
                 draft = ModelSpec(None, draft_load_params(t_load, overrides))
             use_draft = bool(d["enabled"]) and (draft is not None)
-            if not use_draft and self.origins.get("speculation.source") and sp["source"] in ("model", "ngram+model"):
+            # a target with MTP heads drafts with them where no draft model is loaded
+            heads = bool(d["enabled"]) and not use_draft and target.path is not None and _has_heads(target.path)
+            if (
+                not use_draft
+                and not heads
+                and self.origins.get("speculation.source")
+                and sp["source"] in ("model", "ngram+model", "mtp")
+            ):
                 # asked for by flag, a model source without a model would quietly decode plainly
                 why = (
                     f"{self.origins['draft.enabled']} turns it off" if "draft.enabled" in self.origins
@@ -237,12 +244,15 @@ class Config:
                     else "the configured target has none: pass --draft or set [draft] path"
                 )  # fmt: skip
                 flag = self.origins["speculation.source"]
+                if sp["source"] == "mtp":
+                    why = "the target has no MTP heads llama.cpp can run" if d["enabled"] else why
+                    raise ConfigError(f"{flag} mtp needs a target with MTP heads ({why}); ngram drafts without", flag)
                 raise ConfigError(f"{flag} {sp['source']} needs a draft model ({why}); ngram drafts without one", flag)
             # without a draft model only an n-gram source asked for by name still drafts:
             # --no-draft alone means plain decoding
             ngram_asked = "speculation.source" in self.present and sp["source"] != "model"
             speculation = SpeculationSettings(
-                enabled=bool(sp["enabled"]) and (use_draft or ngram_asked),
+                enabled=bool(sp["enabled"]) and (use_draft or heads or ngram_asked),
                 n_draft=sp["n_draft"],
                 n_min=sp["n_min"],
                 p_min=float(sp["p_min"]),
@@ -252,7 +262,7 @@ class Config:
                 n_draft_max_ngram=sp["n_draft_max_ngram"],
                 profile=sp["profile"],
             )
-            return EngineSpec(target, draft, speculation, cache_dir(), use_draft=use_draft)
+            return EngineSpec(target, draft, speculation, cache_dir(), use_draft=use_draft, heads=bool(d["enabled"]))
 
     def _generation(self) -> GenerationSettings:
         with self._located():
@@ -292,6 +302,18 @@ class _Locate:
             origin = next((o for k, o in self.origins.items() if e.key in (k, k.split(".", 1)[1])), "")
             where = f"{origin}: " if origin else f"{self.source}: " if self.source else ""
             raise ConfigError(f"{where}{e}", origin) from e
+
+
+def _has_heads(path: Path) -> bool:
+    """Whether the target's GGUF has MTP heads llama.cpp can draft with (its cached header;
+    a missing or unreadable file is the loader's to report)."""
+    from .engine.errors import ModelFileError
+    from .engine.gguf_info import cached_model_info
+
+    try:
+        return cached_model_info(path, cache_dir() / "gguf-info").mtp_heads > 0
+    except (ModelFileError, OSError):
+        return False
 
 
 def _load_value(key: str, value: Any) -> Any:

@@ -191,3 +191,22 @@ def test_a_model_source_asked_for_without_a_draft_model_is_refused(tmp_path: Pat
     cfg.set("speculation", "source", "model", "--draft-source")
     with pytest.raises(ConfigError, match=r"\(the configured target has none: pass --draft or set \[draft\] path\)"):
         cfg.engine_spec()
+
+
+def test_a_target_with_mtp_heads_drafts_with_them_by_default(tmp_path: Path, tiny_models) -> None:
+    """No draft path: a target whose file has MTP heads speculates (source auto) with them;
+    --no-draft turns them off; source mtp on a target without heads is refused by flag."""
+    path = tmp_path / "config.toml"
+    path.write_text(f'[target]\npath = "{tiny_models("qwen35", mtp=1)}"\n', "utf-8")
+    spec = load_config(path).engine_spec()
+    assert spec.speculation.enabled and spec.speculation.source == "auto" and spec.heads and not spec.use_draft
+    cfg = load_config(path)
+    cfg.set("draft", "enabled", False, "--no-draft")
+    spec = cfg.engine_spec()
+    assert not spec.speculation.enabled and not spec.heads
+    path.write_text(f'[target]\npath = "{tiny_models("qwen35")}"\n', "utf-8")
+    assert not load_config(path).engine_spec().speculation.enabled  # nothing to draft with
+    cfg = load_config(path)
+    cfg.set("speculation", "source", "mtp", "--draft-source")
+    with pytest.raises(ConfigError, match=r"^--draft-source mtp needs a target with MTP heads"):
+        cfg.engine_spec()

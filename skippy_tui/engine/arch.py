@@ -49,6 +49,10 @@ MTP_CHAINED = frozenset({"hy_v3", "mimo2", "step35"})
 """MTP architectures whose graph runs any of several NextN blocks (one per draft position);
 the others run exactly one block, and llama.cpp aborts on a file with more."""
 
+SHARED_KV_DRAFTERS = frozenset({"gemma4-assistant", "eagle3", "dflash"})
+"""Drafter architectures that read the target's own KV cache or hidden layers through
+``ctx_other`` (llama.cpp's ``is_mem_shared`` path): not run by this engine yet."""
+
 RollbackKind = Literal["kv", "snapshot", "restore"]
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import rpc
+from . import arch, rpc
 from .arch import mtp_heads_usable, rollback_kind
 from .bounds import ContextCapacity, validate_capacity
 from .chat import ChatTemplate, template_for
@@ -45,7 +45,8 @@ class EngineSpec:
 
     ``cache_dir`` holds derived models and the GGUF header cache. A target with
     ``path=None`` selects the embedded default pair (and, unless ``draft`` is
-    given or ``use_draft`` is False, its Q4_1 draft).
+    given or ``use_draft`` is False, its Q4_1 draft). ``heads``: a target with MTP
+    heads loads them to draft with (``--no-draft`` turns them off too).
     """
 
     target: ModelSpec
@@ -53,6 +54,7 @@ class EngineSpec:
     speculation: SpeculationSettings
     cache_dir: Path
     use_draft: bool = True
+    heads: bool = True
 
 
 # speculation settings a loaded Speculator takes through update() (exact and profile
@@ -66,7 +68,9 @@ def live_changes(before: EngineSpec | None, after: EngineSpec) -> dict[str, obje
     load will do (another file, a load key, ``exact`` or ``profile``; ``before`` None: unknown)."""
     if before is None:
         return None
-    same_models = (before.target, before.draft, before.use_draft) == (after.target, after.draft, after.use_draft)
+    same_models = (before.target, before.draft, before.use_draft, before.heads) == (
+        after.target, after.draft, after.use_draft, after.heads
+    )
     changed = {
         f.name: getattr(after.speculation, f.name)
         for f in dataclasses.fields(after.speculation)
@@ -123,6 +127,12 @@ def check_spec(spec: EngineSpec, progress: Progress = _noop) -> tuple[Path, Mode
     d_info = cached_model_info(draft_path, info_cache) if draft_path is not None else None
     if d_info is not None:
         check_compatible(t_info, d_info)
+        if d_info.architecture in arch.SHARED_KV_DRAFTERS:
+            raise ModelFileError(
+                f"the draft {d_info.path.name} is a {d_info.architecture} drafter, which drafts from the "
+                "target's own KV cache: skippy-tui does not run such drafters yet (MTP heads in the target's "
+                "file, an MTP drafter file of NextN blocks, or a draft model of the same tokenizer do)"
+            )
         if d_info.mtp_only and (why := mtp_heads_usable(d_info.architecture, d_info.n_nextn)):
             raise ModelFileError(f"the MTP drafter {d_info.path.name} cannot draft: {why}")
         check_capacity(spec, spec.speculation.k_max, with_draft=True, target_arch=t_info.architecture)
@@ -205,7 +215,7 @@ def load_speculator(
     owned: list[Model | Context] = []
     # an MTP drafter file given as the draft (external heads), else the target's own heads
     external = d_info is not None and d_info.mtp_only
-    own_heads = spec.use_draft and t_info.mtp_heads > 0 and not external
+    own_heads = spec.heads and t_info.mtp_heads > 0 and not external
     try:
         t_model = load_model(target_path, spec.target.load, f"loading target {t_info.label}", own_heads)
         owned.append(t_model)
