@@ -266,6 +266,22 @@ def test_missing_model_opens_an_error_dialog_not_a_traceback(tmp_path: Path) -> 
     run(body())
 
 
+def test_continue_without_models_after_a_load_error_clears_the_status_bar(tmp_path: Path) -> None:
+    """Issue 57.10: the status bar stayed at "loading models…" after the dialog's Continue."""
+    missing = tmp_path / "nope.gguf"
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(target={"path": str(missing)}))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for_screen(pilot, app, ErrorScreen, 30)
+            await pilot.click("#continue")
+            await wait_until(pilot, lambda: not isinstance(app.screen, ErrorScreen), 5, "dismiss")
+            status = str(app.query_one("#status").render())
+            assert "loading models" not in status and "no models loaded (f5 loads them)" in status
+
+    run(body())
+
+
 def test_bad_config_opens_an_error_dialog_and_quit_works(tmp_path: Path) -> None:
     cfg_file = tmp_path / "config.toml"
     cfg_file.write_text("[speculation]\nn_draft = -3\n", "utf-8")
