@@ -13,6 +13,7 @@ from typing import ClassVar
 
 from rich.text import Text
 from textual import events, on
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -48,7 +49,10 @@ class HistoryScreen(ModalScreen["Path | None"]):
         Binding("escape", "dismiss(None)", "Close"),
         # no letter keys: every printable key typed in the list goes to the filter
         Binding("f2,ctrl+r", "rename", "Rename"),
-        Binding("delete,ctrl+d", "delete", "Delete"),
+        # priority: typing moves the focus to the filter, whose own delete and ctrl+d would take
+        # them; Delete is still the field's while it has a character right of its cursor
+        Binding("delete", "delete(True)", "Delete", priority=True),
+        Binding("ctrl+d", "delete", "Delete", show=False, priority=True),
         Binding("slash", "focus_filter", "Filter", show=False),
         *FIELD_TABS,
     ]
@@ -192,7 +196,17 @@ class HistoryScreen(ModalScreen["Path | None"]):
 
         self.app.push_screen(RenameScreen(entry.title if entry.renamed else "", entry.title), done)
 
-    def action_delete(self) -> None:
+    def _filter_deletes(self) -> bool:
+        """Whether Delete belongs to the filter: it has the focus and a character right of
+        its cursor (or a selection) to delete."""
+        field = self.filter_input
+        return field.has_focus and (not field.selection.is_empty or field.cursor_position < len(field.value))
+
+    def action_delete(self, field_first: bool = False) -> None:
+        """Delete the highlighted chat (asked first); with ``field_first`` (the Delete key), the
+        filter's character right of its cursor instead, when there is one."""
+        if field_first and self._filter_deletes():
+            raise SkipAction()  # the field's own binding deletes the character
         entry = self.highlighted
         if entry is None:
             return

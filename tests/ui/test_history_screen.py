@@ -257,6 +257,37 @@ def test_delete_asks_first_and_removes_both_files() -> None:
     run(body())
 
 
+def test_delete_works_while_the_filter_has_text() -> None:
+    """Issue 57.9: with text in the filter (typing moves the focus there), Delete and Ctrl+D
+    went to the field and did nothing. They delete the highlighted chat; only with text right
+    of the field's cursor does Delete delete a character there, as in any field."""
+    paths = _seed()
+
+    async def body() -> None:
+        app = _idle_app()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await _open_history(app, pilot)
+            await pilot.press(*"xparis")
+            await wait_until(pilot, lambda: screen.filter_input.value == "xparis", 5, "the filter")
+            await pilot.press("home", "delete")  # a character right of the cursor: the field's
+            await wait_until(pilot, lambda: screen.filter_input.value == "paris", 5, "the x to go")
+            await wait_until(pilot, lambda: len(screen.shown) == 1, 5, "the filter")
+            assert app.screen is screen
+            await pilot.press("ctrl+d")  # the chat, wherever the field's cursor is
+            await wait_for_screen(pilot, app, ConfirmDeleteScreen, 5)
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: app.screen is screen, 5, "cancel")
+            assert screen.filter_input.value == "paris" and paths["paris"].exists()
+            await pilot.press("end", "delete")  # nothing right of the cursor: the chat
+            await wait_for_screen(pilot, app, ConfirmDeleteScreen, 5)
+            await pilot.press("y")
+            await wait_until(pilot, lambda: not paths["paris"].exists(), 5, "the chat to go")
+            await wait_until(pilot, lambda: not screen.shown, 5, "the row to go")
+            assert screen.filter_input.value == "paris" and len(screen.entries) == 2
+
+    run(body())
+
+
 def test_a_broken_chat_is_listed_with_its_reason_and_not_opened() -> None:
     _seed()
     (_store().folder / "chat-broken.json").write_text('{"format": "skippy-tui-transcript", "messages": [')
