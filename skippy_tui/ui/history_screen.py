@@ -16,12 +16,13 @@ from textual import events, on
 from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Input, Static
 
 from ..engine.labels import model_label
 from ..history import ChatEntry, HistoryError, HistoryStore
+from .button_row import ButtonRow
 from .field_tabs import FIELD_TABS
 
 HINT = "enter open · f2 rename · del delete · type to filter · esc close"
@@ -268,7 +269,7 @@ class ConfirmDeleteScreen(ModalScreen[bool]):
             v.border_title = "Delete chat?"
             v.border_subtitle = "enter/y delete · esc/n keep"
             yield Static(text, id="delete-message", markup=False)
-            with Horizontal(classes="buttons"):
+            with ButtonRow():
                 yield Button("Delete (y)", id="yes", variant="error")
                 yield Button("Keep (esc)", id="no")
 
