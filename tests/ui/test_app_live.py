@@ -143,6 +143,39 @@ def test_send_streams_text_and_step_rows(speculator) -> None:
     run(body())
 
 
+def test_the_step_list_follows_the_next_reply_after_a_long_one(speculator) -> None:
+    """Issue 57.11: after a reply longer than the step list's view, the next reply's steps stayed
+    on its first rows (the view, clamped to the empty list, moved up, and that was taken for the
+    user scrolling up). Mid-reply, after each step, the newest step is in view."""
+    speculator.update(n_draft=1, source="model")  # at most two tokens a step: more steps than the view has rows
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=24), speculator=speculator)
+        async with app.run_test(size=(100, 30)) as pilot:  # the panel under the chat: a few rows
+            timeline = app.panel.timeline
+            await _reply(app, pilot, "Tell me about the sea.")
+            await wait_until(pilot, lambda: timeline.max_scroll_y > 0, 10, "a list longer than its view")
+            assert timeline.scroll_y == timeline.max_scroll_y
+            app.speculator = paced = Paced(speculator)
+            await _send(app, pilot, "And about the mountains.")
+            seen: list[tuple[int, float, int]] = []  # rows, scroll_y, max_scroll_y after each step
+            try:
+                while app.generating and len(seen) < 16:
+                    n = timeline.row_count
+                    await wait_until(pilot, lambda n=n: timeline.row_count > n or not app.generating, 180, "a step")
+                    await pilot.pause()
+                    seen.append((timeline.row_count, timeline.scroll_y, timeline.max_scroll_y))
+                    paced.go.release()
+            finally:
+                paced.free()
+            await wait_until(pilot, lambda: not app.generating, 180, "the reply")
+            overflowing = [s for s in seen if s[2] > 0]
+            assert overflowing, f"the reply never outgrew the view: {seen}"
+            assert all(scroll == end for _, scroll, end in overflowing), seen
+
+    run(body())
+
+
 def test_stop_mid_reply(speculator, monkeypatch: pytest.MonkeyPatch) -> None:
     # Count the steps the engine has yielded, on the worker's side: the UI's own count lags
     # behind by the messages still queued, and plain steps are a few ms each.
