@@ -14,10 +14,11 @@ and tests all use this module.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import platform
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
@@ -26,7 +27,7 @@ from typing import Any
 
 from .engine.errors import SkippyError
 from .engine.events import Event, ReplyFinished, ReplyStarted, StepVerified, TextSpan, event_from_dict
-from .engine.jsoncache import atomic_write_text, remove_stale_temps
+from .engine.jsoncache import atomic_write_text, exclusive_write_text, remove_stale_temps
 from .engine.sampling import SamplingParams
 from .engine.stats import AcceptanceStats
 
@@ -196,7 +197,29 @@ class Transcript:
             TranscriptError: the folder cannot be created or written.
         """
         json_path = Path(json_path)
-        md_path = json_path.with_suffix(".md")
+        self._write(json_path, atomic_write_text)
+        return json_path, json_path.with_suffix(".md")
+
+    def save_new(self, folder: Path) -> tuple[Path, Path]:
+        """Save under a fresh ``chat-YYYYmmdd-HHMMSS[-N].json`` in ``folder``, never over a file
+        that is there: two processes saving at the same moment each get their own name.
+        Returns both paths.
+
+        Raises:
+            TranscriptError: the folder cannot be created or written.
+        """
+        for path in transcript_names(folder):
+            if not path.with_suffix(".md").exists() and self._write(path, exclusive_write_text):
+                return path, path.with_suffix(".md")
+        raise AssertionError("unreachable: transcript_names never ends")
+
+    def _write(self, json_path: Path, write: Callable[[Path, str], bool | None]) -> bool:
+        """The JSON through ``write`` (False: it wrote nothing, the name was taken), then the
+        Markdown beside it. Returns whether it wrote.
+
+        Raises:
+            TranscriptError: the folder cannot be created or written.
+        """
         if not self.created:
             self.created = now_iso()
         try:
@@ -206,11 +229,12 @@ class Transcript:
                 _SWEPT.add(json_path.parent)
             # a lone surrogate (pasted, or from an old file) must not make the save raise: one pass over the text
             text = json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n"
-            atomic_write_text(json_path, _LONE_SURROGATE.sub("\ufffd", text))
-            atomic_write_text(md_path, _LONE_SURROGATE.sub("\ufffd", self.to_markdown()))
+            if write(json_path, _LONE_SURROGATE.sub("\ufffd", text)) is False:
+                return False
+            atomic_write_text(json_path.with_suffix(".md"), _LONE_SURROGATE.sub("\ufffd", self.to_markdown()))
         except OSError as e:
             raise TranscriptError(f"cannot write transcript {json_path}: {e.strerror or e}") from e
-        return json_path, md_path
+        return True
 
     @classmethod
     def load(cls, path: Path, *, repair_markdown: bool = False) -> Transcript:
@@ -436,12 +460,15 @@ def versions() -> dict[str, str]:
     return out
 
 
-def new_transcript_path(folder: Path) -> Path:
-    """A fresh ``chat-YYYYmmdd-HHMMSS.json`` name in ``folder`` (suffixed if taken)."""
+def transcript_names(folder: Path) -> Iterator[Path]:
+    """``chat-YYYYmmdd-HHMMSS.json`` in ``folder`` (now), then ``-2``, ``-3``, … after it, endlessly."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = Path(folder) / f"chat-{stamp}.json"
-    n = 2
-    while path.exists() or path.with_suffix(".md").exists():
-        path = Path(folder) / f"chat-{stamp}-{n}.json"
-        n += 1
-    return path
+    yield Path(folder) / f"chat-{stamp}.json"
+    for n in itertools.count(2):
+        yield Path(folder) / f"chat-{stamp}-{n}.json"
+
+
+def new_transcript_path(folder: Path) -> Path:
+    """A ``chat-YYYYmmdd-HHMMSS.json`` name in ``folder`` that is free now (suffixed if taken).
+    To write a new file, :meth:`Transcript.save_new` claims its name as it writes."""
+    return next(p for p in transcript_names(folder) if not p.exists() and not p.with_suffix(".md").exists())

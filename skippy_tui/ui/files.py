@@ -10,7 +10,7 @@ from typing import Any
 
 from ..config import data_dir
 from ..history import HistoryStore
-from ..transcript import Transcript, TranscriptError, new_transcript_path, versions
+from ..transcript import Transcript, TranscriptError, versions
 from .confirm import DISCARD, SAVE, ConfirmDiscardScreen
 from .history_screen import HistoryScreen
 from .open_screen import OpenTranscriptScreen
@@ -137,10 +137,11 @@ class FilesMixin:
                 self.notify(f"{path} is up to date: nothing changed since it was saved or opened.", timeout=5)
             return True
         self._snapshot_metadata()
-        if path is None or path.suffix != ".json":
-            path = new_transcript_path(self.transcript_dir())
         try:
-            json_path, md_path = self.transcript.save(path)
+            if path is None or path.suffix != ".json":  # a fresh name, claimed as it is written
+                json_path, md_path = self.transcript.save_new(self.transcript_dir())
+            else:
+                json_path, md_path = self.transcript.save(path)
         except TranscriptError as e:
             self.notify(str(e), title="Save failed", severity="error", timeout=10)
             return False
@@ -205,10 +206,8 @@ class FilesMixin:
         if not self.history_enabled() or not self.transcript.entries:
             return False
         self._snapshot_metadata()
-        store = self.history_store()
-        path = self.history_path or store.new_path()
         try:
-            store.save(self.transcript, path)
+            entry = self.history_store().save(self.transcript, self.history_path)  # None: a new chat's file
         except TranscriptError as e:
             if not self._history_failed:
                 self.notify(
@@ -220,7 +219,7 @@ class FilesMixin:
             self._history_failed = True
             return False
         self._history_failed = False
-        self.history_path = path
+        self.history_path = entry.path
         self._mark_saved()
         return True
 
