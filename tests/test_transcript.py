@@ -165,6 +165,24 @@ def test_new_names_never_collide(tmp_path: Path) -> None:
     assert second != first and second.suffix == ".json"
 
 
+@pytest.mark.parametrize("hard_links", [True, False])
+def test_save_new_never_writes_over_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hard_links: bool) -> None:
+    """Each new save claims a name no other file has, with hard links or (where a file system
+    has none) by creating the name exclusively first."""
+    if not hard_links:
+
+        def no_link(*args: object) -> None:
+            raise PermissionError(1, "Operation not permitted")
+
+        monkeypatch.setattr("os.link", no_link)
+    taken = new_transcript_path(tmp_path)
+    taken.write_text("someone else's", "utf-8")
+    saved = [Transcript(entries=[Entry("user", str(i))]).save_new(tmp_path)[0] for i in range(3)]
+    assert len({taken, *saved}) == 4 and taken.read_text("utf-8") == "someone else's"
+    assert [Transcript.load(p).entries[0].content for p in saved] == ["0", "1", "2"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
 def test_saved_file_is_plain_json_with_event_types(tmp_path: Path) -> None:
     t = Transcript.load(CHAT_JSON)
     path, _ = t.save(tmp_path / "c.json")
