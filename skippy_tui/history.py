@@ -304,6 +304,23 @@ class HistoryStore:
         path = Path(path)
         return next((e for e in self.list() if e.path.name == path.name), None)
 
+    def holding(self, transcript: Transcript) -> Path | None:
+        """The chat in the history that holds ``transcript`` as it stands (the same creation
+        stamp and conversation: the chat a transcript file was saved from with Ctrl+S), or None
+        (not there, or the history's copy went on, or back, since)."""
+        if not transcript.created:
+            return None
+        wanted = transcript.conversation()
+        for entry in self.list():
+            if entry.broken or entry.created != transcript.created:
+                continue
+            try:
+                if Transcript.load(entry.path).conversation() == wanted:
+                    return entry.path
+            except TranscriptError:
+                continue
+        return None
+
     # -- writing ----------------------------------------------------------------------------
 
     def _index_one(self, path: Path, transcript: Transcript) -> ChatEntry:

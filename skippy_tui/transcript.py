@@ -112,6 +112,11 @@ class Transcript:
     def replies(self) -> list[Entry]:
         return [e for e in self.entries if e.role == "assistant"]
 
+    def conversation(self) -> dict[str, Any]:
+        """What was said, as JSON: the system prompt and the messages with their events
+        (not the models, config, versions or title a save records beside them)."""
+        return {"system_prompt": self.system_prompt, "messages": [e.to_dict() for e in self.entries]}
+
     # -- JSON ------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:

@@ -104,6 +104,86 @@ def test_a_reply_is_saved_in_the_history_and_opening_it_continues_it(speculator)
     run(body())
 
 
+def _said(path: Path) -> list[str]:
+    return [e.content for e in Transcript.load(path).entries if e.role == "user"]
+
+
+async def _save_file(app: SkippyApp, pilot) -> str:
+    """Ctrl+S; the notice it gave."""
+    before = {n.identity for n in app._notifications}
+
+    def new() -> list:
+        return [n for n in app._notifications if n.identity not in before]
+
+    await pilot.press("ctrl+s")
+    await wait_until(pilot, lambda: bool(new()), 5, "the save's notice")
+    return new()[-1].message
+
+
+def test_ctrl_s_after_continuing_a_transcript_saves_the_new_turns_into_it(speculator) -> None:
+    """Issue 57.2: a transcript saved with Ctrl+S, opened again and continued: Ctrl+S said "up to
+    date" and left the file as it was (the history save after the reply counted as saving it),
+    and the new turns went into a second history entry of the same chat. Now they go on in the
+    chat's history file, and Ctrl+S writes them into the transcript."""
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=4), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            await _reply(app, pilot, "Say A.")
+            assert "Saved" in await _save_file(app, pilot)
+            saved, [kept] = app.transcript_path, _store().list()
+
+        app = SkippyApp(ui_config(max_tokens=4), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            await app.open_transcript(saved)
+            assert app.history_path == kept.path  # the history holds this chat: it goes on there
+            await _reply(app, pilot, "Say B.")
+            assert [e.path for e in _store().list()] == [kept.path] and _said(kept.path) == ["Say A.", "Say B."]
+            assert _said(saved) == ["Say A."]  # the file changes on Ctrl+S only
+            assert "Saved" in await _save_file(app, pilot)
+            assert _said(saved) == ["Say A.", "Say B."] and app.transcript_path == saved
+            assert "is up to date" in await _save_file(app, pilot)
+
+            # F9, the same chat, continued there: Ctrl+S saves a transcript of it, then keeps it up to date
+            await pilot.press("ctrl+n")
+            await wait_until(pilot, lambda: not app.transcript.entries, 10, "the new chat")
+            await _open_history(app, pilot)
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: app.history_path == kept.path, 10, "the chat to open")
+            assert "Saved" in await _save_file(app, pilot)
+            copy = app.transcript_path
+            await _reply(app, pilot, "Say C.")
+            assert "Saved" in await _save_file(app, pilot)
+            assert _said(copy) == _said(kept.path) == ["Say A.", "Say B.", "Say C."]
+            assert [e.path for e in _store().list()] == [kept.path]
+
+    run(body())
+
+
+def test_continuing_a_transcript_the_history_does_not_hold_says_it_is_kept_as_a_new_chat(
+    speculator, tmp_path: Path
+) -> None:
+    """A transcript from elsewhere (or one whose chat went on in the history since): continued, the
+    history keeps it as a new chat and says so; Ctrl+S saves the new turns into the file."""
+    path = tmp_path / "elsewhere.json"
+    path.write_bytes(CHAT_JSON.read_bytes())
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=4), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            await app.open_transcript(path)
+            assert app.history_path is None
+            await _reply(app, pilot, "Thanks.")
+            [entry] = _store().list()
+            note = next((n for n in app._notifications if n.title == "Continued from a transcript"), None)
+            assert note is not None, [(n.title, n.message) for n in app._notifications]
+            assert entry.path.name in note.message and "elsewhere.json" in note.message
+            assert "Saved" in await _save_file(app, pilot)
+            assert _said(path) == _said(entry.path) and _said(path)[-1] == "Thanks."
+
+    run(body())
+
+
 def test_no_history_flag_writes_nothing(speculator) -> None:
     args = build_parser().parse_args(["--no-history", "--max-tokens", "4"])
     config = config_from_args(args)
