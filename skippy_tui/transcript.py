@@ -6,8 +6,19 @@ Markdown file is derived from it, for reading, with per-reply stats. It is
 written second, so a crash between the two writes leaves a stale ``.md``
 beside a good ``.json``: opening it rebuilds the ``.md`` whenever it differs.
 ``Transcript.from_dict(t.to_dict()) == t``, so a saved transcript reloads
-equal. Files are written atomically (temporary file in the same folder,
-fsync, rename) in UTF-8. No UI imports here: the app, ``skippy-tui replay``
+equal.
+
+Each turn keeps what it was sent with. ``system_prompt`` is the system prompt
+the chat started with; a change made later is a ``system`` message at the point
+it was made, which applies to the turns after it (the turns before keep theirs,
+and are sent again as they were). Each reply records its sampling settings (its
+``reply_started`` event) and the model pair that made it (the message's
+``models``). These are additions to format 1 that older readers skip or read as
+plain messages, and a file written before them (no ``models`` per reply, no
+system messages) reads as one whose system prompt never changed.
+
+Files are written atomically (temporary file in the same folder, fsync,
+rename) in UTF-8. No UI imports here: the app, ``skippy-tui replay``
 and tests all use this module.
 """
 
@@ -28,6 +39,7 @@ from typing import Any
 from .engine.errors import SkippyError
 from .engine.events import Event, ReplyFinished, ReplyStarted, StepVerified, TextSpan, event_from_dict
 from .engine.jsoncache import atomic_write_text, exclusive_write_text, remove_stale_temps
+from .engine.labels import model_label
 from .engine.sampling import SamplingParams
 from .engine.stats import AcceptanceStats
 
@@ -46,11 +58,14 @@ class TranscriptError(SkippyError):
 
 @dataclass
 class Entry:
-    """One chat message; an assistant reply also holds the events that made it."""
+    """One chat message; an assistant reply also holds the events that made it and the model
+    pair it came from (:func:`model_pair`; None when not recorded). A ``system`` entry is
+    the system prompt changed there ("" = cleared)."""
 
     role: str
     content: str
     events: list[Event] = field(default_factory=list)
+    models: dict[str, Any] | None = None
 
     @property
     def started(self) -> ReplyStarted | None:
@@ -74,6 +89,8 @@ class Entry:
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.models is not None:
+            d["models"] = self.models
         if self.events:
             d["events"] = [e.to_dict() for e in self.events]
         return d
@@ -89,7 +106,10 @@ class Entry:
         events = d.get("events", [])
         if not isinstance(events, list):
             raise ValueError('"events" must be a JSON list')
-        return cls(role, content, [event_from_dict(e) for e in events])
+        models = d.get("models")
+        if models is not None and not isinstance(models, dict):
+            raise ValueError(f'"models" must be a JSON object, not {type(models).__name__}')
+        return cls(role, content, [event_from_dict(e) for e in events], models)
 
 
 @dataclass
@@ -105,9 +125,49 @@ class Transcript:
     title: str = ""  # set by a rename in the chat history; "" = named by its first message
 
     def engine_messages(self) -> list[dict[str, str]]:
-        """What :meth:`Speculator.run` takes: system prompt (if any), then the messages."""
+        """What :meth:`Speculator.run` takes: the system prompt the chat started with (if any),
+        then the messages, each system prompt change where it was made. A cleared system prompt
+        sends nothing (the one before stays where it was sent)."""
         out = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return out + [{"role": e.role, "content": e.content} for e in self.entries]
+        return out + [{"role": e.role, "content": e.content} for e in self.entries if e.role != "system" or e.content]
+
+    # -- the system prompt, per turn ----------------------------------------------------
+
+    def system_at(self, index: int) -> str:
+        """The system prompt in force at entry ``index``: the last change before it, else the
+        one the chat started with."""
+        return next((e.content for e in reversed(self.entries[:index]) if e.role == "system"), self.system_prompt)
+
+    @property
+    def current_system(self) -> str:
+        """The system prompt the next message is sent with."""
+        return self.system_at(len(self.entries))
+
+    def set_system(self, text: str) -> None:
+        """Change the system prompt from the next message on; the turns sent before keep
+        theirs. With no message yet it is the chat's own; after one, a system message where
+        the change is made (replacing one made since the last message)."""
+        while self.entries and self.entries[-1].role == "system":
+            self.entries.pop()
+        if not self.entries:
+            self.system_prompt = text
+        elif text != self.current_system:
+            self.entries.append(Entry("system", text))
+
+    def pending_system(self) -> str | None:
+        """A system prompt set since the last message (sent with none yet), or None."""
+        last = self.entries[-1] if self.entries else None
+        return last.content if last is not None and last.role == "system" else None
+
+    def cut(self, index: int) -> list[Entry]:
+        """Drop the entries from ``index`` on (an edit or a regenerate sends the turn again);
+        a system prompt set after them stays, for what is sent next. Returns what was dropped."""
+        pending = self.pending_system()
+        dropped = self.entries[index:]
+        del self.entries[index:]
+        if pending is not None:
+            self.set_system(pending)
+        return dropped
 
     def replies(self) -> list[Entry]:
         return [e for e in self.entries if e.role == "assistant"]
@@ -184,13 +244,21 @@ class Transcript:
             lines.append(f"- **backend**: {self.models['backend']}")
         if self.system_prompt:
             lines += ["", "## System", "", self.system_prompt]
+        pair = self.models
         for e in self.entries:
+            if e.role == "system":  # changed here: the turns above were sent with the one before
+                lines += ["", "## System (changed)", "", e.content or "_(cleared)_"]
+                continue
             lines += ["", f"## {'You' if e.role == 'user' else e.role.capitalize()}", "", e.content]
             if e.role == "assistant" and e.finish is not None:
                 lines += ["", f"> {reply_summary(e.finish)}"]
                 sampling = sampling_summary(e)
                 if sampling:
                     lines += [">", f"> {sampling}"]
+            if e.models is not None:
+                if models_label(e.models) != models_label(pair):  # another pair from this reply on
+                    lines += [">", f"> models: {models_label(e.models)}"]
+                pair = e.models
         return "\n".join(lines).rstrip() + "\n"
 
     # -- files -----------------------------------------------------------------------
@@ -303,6 +371,31 @@ def _without_lone_surrogates(value: Any) -> Any:
     if isinstance(value, dict):
         return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
     return value
+
+
+def model_pair(target: Mapping[str, Any] | None, draft: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What a reply records of the models that made it: each one's path, GGUF name and
+    quantization (from ``ModelInfo.summary()``); ``draft`` None without a draft model."""
+
+    def one(m: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        return None if m is None else {k: m.get(k) for k in ("path", "name", "file_type")}
+
+    return {"target": one(target), "draft": one(draft)}
+
+
+def models_label(models: Mapping[str, Any] | None) -> str:
+    """``target SmolLM2-135M-Instruct F32 · draft SmolLM2-135M-Instruct Q4_1`` ("no draft"
+    without one); "" for nothing recorded."""
+    if not models or not isinstance(models.get("target"), Mapping):
+        return ""
+    parts = []
+    for role in ("target", "draft"):
+        m = models.get(role)
+        if isinstance(m, Mapping):
+            parts.append(f"{role} {model_label(m.get('path'), str(m.get('name', '?')), str(m.get('file_type') or ''))}")
+        else:
+            parts.append("no draft")
+    return " · ".join(parts)
 
 
 def count(n: int, noun: str) -> str:

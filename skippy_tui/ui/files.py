@@ -102,7 +102,7 @@ class FilesMixin:
     async def _new_chat_now(self) -> None:
         if self._busy():  # a reply may have started while the dialog asked
             return
-        self.transcript = Transcript(system_prompt=self.transcript.system_prompt)
+        self.transcript = Transcript(system_prompt=self.transcript.current_system)  # the one set last
         self.transcript_path = None
         self.history_path = None  # a new chat gets a new file in the history
         self._in_file = self._in_history = None

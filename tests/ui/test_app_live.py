@@ -29,6 +29,7 @@ from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.chat import AssistantMessage, UserMessage, Welcome
 from skippy_tui.ui.confirm import ConfirmDiscardScreen
 from skippy_tui.ui.inspector_screen import InspectorScreen
+from skippy_tui.ui.system_prompt_screen import SystemPromptScreen
 from skippy_tui.ui.tune_screen import TuneScreen
 
 
@@ -320,6 +321,59 @@ def test_a_sampling_change_mid_reply_is_recorded_at_its_step(speculator) -> None
             app.generation = dataclasses.replace(app.generation, max_tokens=4)
             fin = await _reply(app, pilot, "Thanks!")
             assert fin.seed == 77 and app.transcript.entries[-1].started.sampling["temperature"] == 0.5
+
+    run(body())
+
+
+async def _set_system(app: SkippyApp, pilot, text: str) -> None:
+    await pilot.press("f2")
+    screen = await wait_for_screen(pilot, app, SystemPromptScreen, 5)
+    screen.query_one("#system-text").load_text(text)
+    await pilot.press("ctrl+s")
+    await wait_until(pilot, lambda: not isinstance(app.screen, SystemPromptScreen), 5, "the dialog to close")
+
+
+def test_a_system_prompt_set_after_a_reply_applies_when_that_turn_is_sent_again(speculator) -> None:
+    """Issue 57.1: F2 after a reply, then Ctrl+R or Ctrl+L: the turn sent again goes with the new
+    system prompt (the first one: the chat now starts with it); F2 while a reply streams puts the
+    change after that reply. The chat shows each change where it applies."""
+
+    def said(app: SkippyApp) -> list[tuple[str, str]]:
+        return [(e.role, e.content if e.role != "assistant" else "…") for e in app.transcript.entries]
+
+    def widgets(app: SkippyApp) -> list[str]:
+        return [type(w).__name__ for w in app.chat.children]
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=4), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            await _reply(app, pilot, "Say A.")
+            await _set_system(app, pilot, "SYS-X")
+            await _regenerate(app, pilot)  # turn 1 again: sent with SYS-X, which the chat now starts with
+            assert said(app) == [("user", "Say A."), ("assistant", "…")] and app.transcript.system_prompt == "SYS-X"
+            assert widgets(app) == ["SystemNote", "UserMessage", "AssistantMessage"]
+            await _reply(app, pilot, "Say B.")
+            await _set_system(app, pilot, "SYS-Y")
+            await pilot.press("ctrl+l")
+            app.prompt.load_text("Say C.")
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: not app.generating and app._current is None, 240, "the edited turn")
+            assert said(app)[2:] == [("system", "SYS-Y"), ("user", "Say C."), ("assistant", "…")]
+            assert widgets(app)[3:] == ["SystemChange", "UserMessage", "AssistantMessage"]
+            assert app.transcript.entries[-1].started.n_prompt == len(
+                prompt_tokens(speculator.target, speculator.template, app.transcript.engine_messages()[:-1])
+            )
+            app.speculator = paced = Paced(speculator)  # held after its first step while F2 is used
+            try:
+                await _send(app, pilot, "Tell me a story.")
+                await wait_until(pilot, lambda: bool(app._pending or app._current_entry.steps), 180, "a step")
+                await _set_system(app, pilot, "SYS-Z")
+                assert app.generating
+            finally:
+                paced.free()
+            await wait_until(pilot, lambda: not app.generating, 240, "the reply")
+            assert said(app)[-3:] == [("user", "Tell me a story."), ("assistant", "…"), ("system", "SYS-Z")]
+            assert widgets(app)[-1] == "SystemChange"
 
     run(body())
 

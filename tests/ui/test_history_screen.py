@@ -17,11 +17,13 @@ from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, run, ui_config, wait_for_s
 from skippy_tui.cli import build_parser
 from skippy_tui.cli_common import config_from_args
 from skippy_tui.config import data_dir
+from skippy_tui.engine.chat import prompt_tokens
 from skippy_tui.history import HistoryStore
-from skippy_tui.transcript import Entry, Transcript
+from skippy_tui.transcript import Entry, Transcript, model_pair
 from skippy_tui.ui.app import SkippyApp
-from skippy_tui.ui.chat import AssistantMessage, UserMessage
+from skippy_tui.ui.chat import AssistantMessage, MessageWidget, UserMessage
 from skippy_tui.ui.history_screen import ConfirmDeleteScreen, HistoryScreen, RenameScreen
+from skippy_tui.ui.system_prompt_screen import SystemPromptScreen
 
 
 def _store() -> HistoryStore:
@@ -180,6 +182,53 @@ def test_continuing_a_transcript_the_history_does_not_hold_says_it_is_kept_as_a_
             assert entry.path.name in note.message and "elsewhere.json" in note.message
             assert "Saved" in await _save_file(app, pilot)
             assert _said(path) == _said(entry.path) and _said(path)[-1] == "Thanks."
+
+    run(body())
+
+
+def test_a_system_prompt_set_mid_chat_applies_from_there_and_the_turns_before_keep_theirs(speculator) -> None:
+    """Issue 57.1: new chat, "Say A." answered, then F2 "SYS-X pretend": the JSON, the Markdown and
+    the chat opened from F9 showed SYS-X above the turn answered before it existed, and the next
+    reply prefilled the whole chat again under it. Now the change is where it was made, the next
+    turn is sent after the turns before as they were (the KV cache only extends), and each reply
+    records its models and sampling settings."""
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=4), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            await _reply(app, pilot, "Say A.")
+            await pilot.press("f2")
+            await wait_for_screen(pilot, app, SystemPromptScreen, 5)
+            await pilot.press(*"SYS-X pretend", "ctrl+s")
+            await wait_until(pilot, lambda: not isinstance(app.screen, SystemPromptScreen), 5, "the dialog")
+            [entry] = _store().list()
+            saved = Transcript.load(entry.path)
+            assert saved.system_prompt == "" and [e.role for e in saved.entries] == ["user", "assistant", "system"]
+            assert saved.entries[2].content == "SYS-X pretend"
+            md = entry.path.with_suffix(".md").read_text("utf-8")
+            assert md.index("Say A.") < md.index("## System (changed)\n\nSYS-X pretend") and md.count("SYS-X") == 1
+
+            sent_before = app.transcript.engine_messages()
+            await _reply(app, pilot, "Say B.")
+            started = app.transcript.entries[-1].started
+            # the KV cache kept the first turn's prompt as it was sent (and its reply): it only extends
+            turn_1 = prompt_tokens(speculator.target, speculator.template, sent_before[:1])
+            assert started.target_sync.kind == "extend" and started.target_sync.start > len(turn_1)
+            asked = [*sent_before, {"role": "user", "content": "Say B."}]
+            assert started.n_prompt == len(prompt_tokens(speculator.target, speculator.template, asked))
+            pair = model_pair(speculator.target_info.summary(), speculator.draft_info.summary())
+            replies = app.transcript.replies()
+            assert [r.models for r in replies] == [pair, pair] and all(r.started.sampling for r in replies)
+
+            await pilot.press("ctrl+n")  # the chat as F9 opens it again
+            await wait_until(pilot, lambda: not app.transcript.entries, 10, "the new chat")
+            await _open_history(app, pilot)
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: len(app.transcript.entries) == 5, 10, "the chat to open")
+            shown = [type(w).__name__ for w in app.chat.query(MessageWidget)]
+            assert shown == ["UserMessage", "AssistantMessage", "SystemChange", "UserMessage", "AssistantMessage"]
+            assert not app.query("#system-note")  # nothing above the first turn
+            assert app.transcript.current_system == "SYS-X pretend"
 
     run(body())
 
