@@ -315,3 +315,21 @@ def test_two_processes_saving_at_once_lose_no_chat_and_no_index_record(tmp_path:
     assert {index[f.name]["title"] for f in files} == wanted and index[files[0].name]["turns"] == 2
     assert {e.title for e in HistoryStore(folder).list()} == wanted
     assert not list(folder.glob(".*.tmp"))  # no temp file left behind
+
+
+def test_holding_finds_the_chat_a_transcript_was_saved_from_as_it_stands(tmp_path: Path) -> None:
+    """Issue 57.2: a transcript saved with Ctrl+S from a chat in the history is that chat: continued,
+    it goes on in the history file. Not when either went on without the other (a fork)."""
+    store = HistoryStore(tmp_path / "history")
+    chat = _chat("first question", "answer")
+    path = store.save(chat).path
+    chat.save(tmp_path / "saved.json")  # Ctrl+S: the same chat, in a transcript file
+    copy = Transcript.load(tmp_path / "saved.json")
+    assert store.holding(copy) == path
+    store.rename(path, "renamed")  # a title is not what was said
+    assert store.holding(copy) == path
+    copy.entries.append(Entry("user", "more"))  # the file went on: the history chat did not
+    assert store.holding(copy) is None
+    other = _chat("first question", "answer")  # the same words, another chat (its own creation stamp)
+    other.created = "2000-01-01T00:00:00+00:00"
+    assert store.holding(other) is None
