@@ -11,7 +11,10 @@ listing hundreds of chats reads one small file and stats the rest.
 Several app processes may share one history. A new chat claims its file name
 as it writes it (never over another chat's file), and every change to the
 index (and a save's check of a title renamed elsewhere) happens under one
-lock on ``.index.lock``, so concurrent writers lose no chat and no record.
+lock on ``.index.lock``, so concurrent writers lose no chat and no record. A
+chat that two windows go on with at once is not written over either: a save
+that finds its file holding another conversation than the one this store last
+wrote or read there keeps that one and saves this as a new chat.
 
 A file that does not load as a transcript is listed as broken, with the
 reason. A reason that comes from the content is indexed (the same bytes give
@@ -191,6 +194,30 @@ class HistoryStore:
 
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder)
+        self._stamps: dict[str, tuple[int, int]] = {}  # size and mtime of each file as this store left it
+
+    def _remember(self, path: Path) -> None:
+        with contextlib.suppress(OSError):
+            st = path.stat()
+            self._stamps[path.name] = (st.st_size, st.st_mtime_ns)
+
+    def opened(self, path: Path) -> None:
+        """The app read the chat at ``path``: a save over it checks it was not changed since."""
+        self._remember(self.folder / Path(path).name)
+
+    def _changed_since(self, path: Path, was: Transcript) -> bool:
+        """Whether the file at ``path`` holds another conversation than ``was`` (what this store
+        last wrote or read there); a rename changes the file, not the conversation."""
+        try:
+            st = path.stat()
+        except OSError:
+            return False  # gone (deleted): written again
+        if path.name not in self._stamps or self._stamps[path.name] == (st.st_size, st.st_mtime_ns):
+            return False
+        try:
+            return Transcript.load(path).conversation() != was.conversation()
+        except TranscriptError:
+            return False  # broken: the good copy in memory replaces it
 
     @property
     def index_path(self) -> Path:
@@ -347,25 +374,32 @@ class HistoryStore:
         except TranscriptError:
             return None  # broken: overwritten by the good copy in memory
 
-    def save(self, transcript: Transcript, path: Path | None = None) -> ChatEntry:
+    def save(self, transcript: Transcript, path: Path | None = None, *, was: Transcript | None = None) -> ChatEntry:
         """Write ``transcript`` to its file ``path`` in the history (atomically) and index it;
         with no ``path``, a new chat: a fresh file that no other chat has. The entry's
         ``path`` says which file.
 
         The title on disk wins over the one in memory: a rename made in the
-        history screen while this chat is open survives the next save.
+        history screen while this chat is open survives the next save. ``was``: the chat
+        as this store last wrote or read it at ``path``; when another window went on with
+        it since, this is saved as a new chat rather than over theirs.
 
         Raises:
             TranscriptError: the folder or file cannot be written.
         """
         with self._locked():
+            if path is not None:
+                path = self.folder / Path(path).name
+                if was is not None and self._changed_since(path, was):
+                    path = None
             if path is None:
                 json_path, _ = transcript.save_new(self.folder)
             else:
-                title = self._title_on_disk(self.folder / Path(path).name)
+                title = self._title_on_disk(path)
                 if title is not None:
                     transcript.title = title
-                json_path, _ = transcript.save(self.folder / Path(path).name)
+                json_path, _ = transcript.save(path)
+            self._remember(json_path)
             try:
                 return self._index_one(json_path, transcript)
             except OSError:  # gone already (deleted by another window): the save itself worked

@@ -333,3 +333,71 @@ def test_holding_finds_the_chat_a_transcript_was_saved_from_as_it_stands(tmp_pat
     other = _chat("first question", "answer")  # the same words, another chat (its own creation stamp)
     other.created = "2000-01-01T00:00:00+00:00"
     assert store.holding(other) is None
+
+
+def test_a_chat_two_windows_go_on_with_is_not_written_over(tmp_path: Path) -> None:
+    """Issue 57.3: two windows with the same chat open each save their next turn into its file;
+    the second would write over the first's. It finds the file holding another conversation
+    than the one it last wrote or read, keeps it, and saves its own as a new chat."""
+    folder = tmp_path / "history"
+    first = HistoryStore(folder).save(_chat("q", "a")).path
+    windows = {name: HistoryStore(folder) for name in ("one", "two")}
+    chats = {name: Transcript.load(first) for name in windows}
+    for store in windows.values():
+        store.opened(first)
+    for name, store in windows.items():
+        was = Transcript(list(chats[name].entries))
+        chats[name].entries += [Entry("user", f"from {name}"), Entry("assistant", "ok")]
+        saved = store.save(chats[name], first, was=was)
+        assert (saved.path == first) is (name == "one")
+    assert {e.turns for e in HistoryStore(folder).list()} == {2}
+    assert sorted(Transcript.load(e.path).entries[2].content for e in HistoryStore(folder).list()) == [
+        "from one",
+        "from two",
+    ]
+    # a rename in another window changes the file, not the conversation: saved over, the title kept
+    windows["two"].rename(first, "named")
+    was = Transcript(list(chats["one"].entries))
+    chats["one"].entries += [Entry("user", "more"), Entry("assistant", "ok")]
+    assert windows["one"].save(chats["one"], first, was=was).path == first
+    assert Transcript.load(first).title == "named" and len(Transcript.load(first).entries) == 6
+
+
+# one window's saves of a chat it goes on with: waits for the start time given, then adds 10 turns
+CONTINUER = """
+import sys, time
+from pathlib import Path
+from skippy_tui.history import HistoryStore
+from skippy_tui.transcript import Entry, Transcript
+
+folder, path, who, start = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+store = HistoryStore(folder)
+chat = Transcript.load(path)
+store.opened(path)
+while time.time() < start:
+    pass
+for i in range(10):
+    was = Transcript(list(chat.entries))
+    chat.entries += [Entry("user", f"{who} {i}"), Entry("assistant", "ok")]
+    path = store.save(chat, path, was=was).path
+"""
+
+
+def test_two_processes_going_on_with_one_chat_lose_no_turn(tmp_path: Path) -> None:
+    """Two real processes add turns to the same chat at once: every turn is in some chat file."""
+    folder = tmp_path / "history"
+    first = HistoryStore(folder).save(_chat("q", "a")).path
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    start = time.time() + 3
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CONTINUER, str(folder), str(first), who, str(start)], env=env, stderr=subprocess.PIPE
+        )
+        for who in ("a", "b")
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()
+    said = {e.content for f in folder.glob("chat-*.json") for e in Transcript.load(f).entries}
+    assert {f"{who} {i}" for who in "ab" for i in range(10)} <= said
+    assert len(HistoryStore(folder).list()) == len(list(folder.glob("chat-*.json")))

@@ -29,6 +29,9 @@ class Saved:
         same = len(entries) == len(self.entries) and all(a is b for a, b in zip(entries, self.entries))
         return same and transcript.system_prompt == self.system
 
+    def transcript(self) -> Transcript:
+        return Transcript(list(self.entries), self.system)
+
 
 class FilesMixin:
     """Saving, opening and keeping the conversation for the app.
@@ -44,6 +47,7 @@ class FilesMixin:
     """
 
     def _init_files(self) -> None:
+        self._history: HistoryStore | None = None
         self._history_failed = False  # a failed history save was told (once, until one works)
         self.history_path: Path | None = None  # this chat's file in the history, once saved there
         self._in_history: Saved | None = None
@@ -221,6 +225,8 @@ class FilesMixin:
         if self.history_enabled():
             self.history_path = self.history_store().holding(self.transcript)
             self._in_history = Saved(self.transcript) if self.history_path is not None else None
+            if self.history_path is not None:
+                self.history_store().opened(self.history_path)
 
     # -- chat history --------------------------------------------------------------------------
 
@@ -229,8 +235,11 @@ class FilesMixin:
         return bool(self.config.get("ui", "history"))
 
     def history_store(self) -> HistoryStore:
-        """The chats in ``<user data dir>/history``."""
-        return HistoryStore(data_dir() / "history")
+        """The chats in ``<user data dir>/history`` (one store for the app's life: it knows
+        which files it wrote, to tell when another window wrote one since)."""
+        if self._history is None:
+            self._history = HistoryStore(data_dir() / "history")
+        return self._history
 
     def _save_history(self) -> bool:
         """Save the conversation into its history file (after each reply and each edit).
@@ -243,8 +252,9 @@ class FilesMixin:
             return False
         self._snapshot_metadata()
         new = self.history_path is None
+        was = self._in_history.transcript() if self._in_history is not None else None
         try:
-            entry = self.history_store().save(self.transcript, self.history_path)  # None: a new chat's file
+            entry = self.history_store().save(self.transcript, self.history_path, was=was)  # None: a new chat
         except TranscriptError as e:
             if not self._history_failed:
                 self.notify(
@@ -256,6 +266,14 @@ class FilesMixin:
             self._history_failed = True
             return False
         self._history_failed = False
+        if not new and entry.path != self.history_path:  # not over what another window saved there
+            self.notify(
+                f"Another window went on with this chat: it is kept, and this one is saved as a new chat "
+                f"({entry.path.name}).",
+                title="Chat history",
+                severity="warning",
+                timeout=10,
+            )
         self.history_path = entry.path
         self._in_history = Saved(self.transcript)
         if new and self.transcript_path is not None:  # continuing a transcript file: say where it goes
@@ -299,6 +317,7 @@ class FilesMixin:
             return
         self.transcript_path, self._in_file = None, None
         self.history_path, self._in_history = path, Saved(self.transcript)
+        self.history_store().opened(path)
         self._update_status()
         if self.speculator is not None:
             self.notify("Chat opened: type a message to continue it.", timeout=4)
