@@ -8,6 +8,14 @@ text a filter searches) keyed by the file's size and mtime: a record whose file
 changed, or a missing or unreadable index, is rebuilt from the file, so
 listing hundreds of chats reads one small file and stats the rest.
 
+Several app processes may share one history. A new chat claims its file name
+as it writes it (never over another chat's file), and every change to the
+index (and a save's check of a title renamed elsewhere) happens under one
+lock on ``.index.lock``, so concurrent writers lose no chat and no record. A
+chat that two windows go on with at once is not written over either: a save
+that finds its file holding another conversation than the one this store last
+wrote or read there keeps that one and saves this as a new chat.
+
 A file that does not load as a transcript is listed as broken, with the
 reason. A reason that comes from the content is indexed (the same bytes give
 the same reason); one from reading (permissions) is not, since a ``chmod``
@@ -21,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -28,9 +37,15 @@ from typing import Any
 
 from .engine.errors import SkippyError
 from .engine.jsoncache import atomic_write_text
-from .transcript import Transcript, TranscriptError, new_transcript_path, not_json
+from .transcript import Transcript, TranscriptError, not_json
+
+try:
+    import fcntl
+except ImportError:  # no flock (Windows): one process per history, as before the lock
+    fcntl = None  # type: ignore[assignment]
 
 INDEX_NAME = ".index.json"
+LOCK_NAME = ".index.lock"
 INDEX_FORMAT = "skippy-tui-history-index"
 INDEX_VERSION = 1
 TITLE_WIDTH = 60  # characters of a title made from the first message
@@ -179,14 +194,51 @@ class HistoryStore:
 
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder)
+        self._stamps: dict[str, tuple[int, int]] = {}  # size and mtime of each file as this store left it
+
+    def _remember(self, path: Path) -> None:
+        with contextlib.suppress(OSError):
+            st = path.stat()
+            self._stamps[path.name] = (st.st_size, st.st_mtime_ns)
+
+    def opened(self, path: Path) -> None:
+        """The app read the chat at ``path``: a save over it checks it was not changed since."""
+        self._remember(self.folder / Path(path).name)
+
+    def _changed_since(self, path: Path, was: Transcript) -> bool:
+        """Whether the file at ``path`` holds another conversation than ``was`` (what this store
+        last wrote or read there); a rename changes the file, not the conversation."""
+        try:
+            st = path.stat()
+        except OSError:
+            return False  # gone (deleted): written again
+        if path.name not in self._stamps or self._stamps[path.name] == (st.st_size, st.st_mtime_ns):
+            return False
+        try:
+            return Transcript.load(path).conversation() != was.conversation()
+        except TranscriptError:
+            return False  # broken: the good copy in memory replaces it
 
     @property
     def index_path(self) -> Path:
         return self.folder / INDEX_NAME
 
-    def new_path(self) -> Path:
-        """A fresh file name for a new chat (nothing is written)."""
-        return new_transcript_path(self.folder)
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the folder's lock (an ``flock`` on :data:`LOCK_NAME`; the system drops it if
+        the process dies): the read-modify-write of the index is one process's at a time."""
+        fd = None
+        if fcntl is not None:
+            with contextlib.suppress(OSError):  # a folder that cannot be written: its save fails and says so
+                self.folder.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            if fd is not None:
+                os.close(fd)  # and the lock with it
 
     # -- index ------------------------------------------------------------------------------
 
@@ -234,6 +286,12 @@ class HistoryStore:
         Reads the index and stats each ``*.json``; only files that changed since
         they were indexed are read. A missing folder is an empty history.
         """
+        if not self.folder.is_dir():
+            return []
+        with self._locked():  # a record another process adds meanwhile must not be written over
+            return self._list()
+
+    def _list(self) -> list[ChatEntry]:
         try:
             files = [p for p in self.folder.iterdir() if p.suffix == ".json" and not p.name.startswith(".")]
         except OSError:
@@ -273,9 +331,27 @@ class HistoryStore:
         path = Path(path)
         return next((e for e in self.list() if e.path.name == path.name), None)
 
+    def holding(self, transcript: Transcript) -> Path | None:
+        """The chat in the history that holds ``transcript`` as it stands (the same creation
+        stamp and conversation: the chat a transcript file was saved from with Ctrl+S), or None
+        (not there, or the history's copy went on, or back, since)."""
+        if not transcript.created:
+            return None
+        wanted = transcript.conversation()
+        for entry in self.list():
+            if entry.broken or entry.created != transcript.created:
+                continue
+            try:
+                if Transcript.load(entry.path).conversation() == wanted:
+                    return entry.path
+            except TranscriptError:
+                continue
+        return None
+
     # -- writing ----------------------------------------------------------------------------
 
     def _index_one(self, path: Path, transcript: Transcript) -> ChatEntry:
+        """Record ``path`` in the index (the caller holds the lock)."""
         st = path.stat()
         entry = _summary(path, transcript, st.st_mtime)
         index = self._read_index()
@@ -298,24 +374,36 @@ class HistoryStore:
         except TranscriptError:
             return None  # broken: overwritten by the good copy in memory
 
-    def save(self, transcript: Transcript, path: Path) -> ChatEntry:
-        """Write ``transcript`` to ``path`` in the history (atomically) and index it.
+    def save(self, transcript: Transcript, path: Path | None = None, *, was: Transcript | None = None) -> ChatEntry:
+        """Write ``transcript`` to its file ``path`` in the history (atomically) and index it;
+        with no ``path``, a new chat: a fresh file that no other chat has. The entry's
+        ``path`` says which file.
 
         The title on disk wins over the one in memory: a rename made in the
-        history screen while this chat is open survives the next save.
+        history screen while this chat is open survives the next save. ``was``: the chat
+        as this store last wrote or read it at ``path``; when another window went on with
+        it since, this is saved as a new chat rather than over theirs.
 
         Raises:
             TranscriptError: the folder or file cannot be written.
         """
-        path = self.folder / Path(path).name
-        title = self._title_on_disk(path)
-        if title is not None:
-            transcript.title = title
-        json_path, _ = transcript.save(path)
-        try:
-            return self._index_one(json_path, transcript)
-        except OSError:  # gone already (deleted by another window): the save itself worked
-            return _summary(json_path, transcript, 0.0)
+        with self._locked():
+            if path is not None:
+                path = self.folder / Path(path).name
+                if was is not None and self._changed_since(path, was):
+                    path = None
+            if path is None:
+                json_path, _ = transcript.save_new(self.folder)
+            else:
+                title = self._title_on_disk(path)
+                if title is not None:
+                    transcript.title = title
+                json_path, _ = transcript.save(path)
+            self._remember(json_path)
+            try:
+                return self._index_one(json_path, transcript)
+            except OSError:  # gone already (deleted by another window): the save itself worked
+                return _summary(json_path, transcript, 0.0)
 
     def rename(self, path: Path, title: str) -> ChatEntry:
         """Give a chat ``title`` (one line; "" goes back to its first message).
@@ -325,10 +413,11 @@ class HistoryStore:
         """
         path = self.folder / Path(path).name
         try:
-            transcript = Transcript.load(path)
-            transcript.title = one_line(title, RENAMED_WIDTH)
-            transcript.save(path)
-            return self._index_one(path, transcript)
+            with self._locked():
+                transcript = Transcript.load(path)
+                transcript.title = one_line(title, RENAMED_WIDTH)
+                transcript.save(path)
+                return self._index_one(path, transcript)
         except (TranscriptError, OSError) as e:
             raise HistoryError(f"cannot rename {path.name}: {e}") from e
 
@@ -339,11 +428,12 @@ class HistoryStore:
             HistoryError: a file exists and cannot be removed.
         """
         path = self.folder / Path(path).name
-        for p in (path, path.with_suffix(".md")):
-            try:
-                p.unlink(missing_ok=True)
-            except OSError as e:
-                raise HistoryError(f"cannot delete {p}: {e.strerror or e}") from e
-        index = self._read_index()
-        if index.pop(path.name, None) is not None:
-            self._write_index(index)
+        with self._locked():
+            for p in (path, path.with_suffix(".md")):
+                try:
+                    p.unlink(missing_ok=True)
+                except OSError as e:
+                    raise HistoryError(f"cannot delete {p}: {e.strerror or e}") from e
+            index = self._read_index()
+            if index.pop(path.name, None) is not None:
+                self._write_index(index)

@@ -6,18 +6,30 @@ Markdown file is derived from it, for reading, with per-reply stats. It is
 written second, so a crash between the two writes leaves a stale ``.md``
 beside a good ``.json``: opening it rebuilds the ``.md`` whenever it differs.
 ``Transcript.from_dict(t.to_dict()) == t``, so a saved transcript reloads
-equal. Files are written atomically (temporary file in the same folder,
-fsync, rename) in UTF-8. No UI imports here: the app, ``skippy-tui replay``
+equal.
+
+Each turn keeps what it was sent with. ``system_prompt`` is the system prompt
+the chat started with; a change made later is a ``system`` message at the point
+it was made, which applies to the turns after it (the turns before keep theirs,
+and are sent again as they were). Each reply records its sampling settings (its
+``reply_started`` event) and the model pair that made it (the message's
+``models``). These are additions to format 1 that older readers skip or read as
+plain messages, and a file written before them (no ``models`` per reply, no
+system messages) reads as one whose system prompt never changed.
+
+Files are written atomically (temporary file in the same folder, fsync,
+rename) in UTF-8. No UI imports here: the app, ``skippy-tui replay``
 and tests all use this module.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import platform
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
@@ -26,7 +38,8 @@ from typing import Any
 
 from .engine.errors import SkippyError
 from .engine.events import Event, ReplyFinished, ReplyStarted, StepVerified, TextSpan, event_from_dict
-from .engine.jsoncache import atomic_write_text, remove_stale_temps
+from .engine.jsoncache import atomic_write_text, exclusive_write_text, remove_stale_temps
+from .engine.labels import model_label
 from .engine.sampling import SamplingParams
 from .engine.stats import AcceptanceStats
 
@@ -45,11 +58,14 @@ class TranscriptError(SkippyError):
 
 @dataclass
 class Entry:
-    """One chat message; an assistant reply also holds the events that made it."""
+    """One chat message; an assistant reply also holds the events that made it and the model
+    pair it came from (:func:`model_pair`; None when not recorded). A ``system`` entry is
+    the system prompt changed there ("" = cleared)."""
 
     role: str
     content: str
     events: list[Event] = field(default_factory=list)
+    models: dict[str, Any] | None = None
 
     @property
     def started(self) -> ReplyStarted | None:
@@ -73,6 +89,8 @@ class Entry:
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.models is not None:
+            d["models"] = self.models
         if self.events:
             d["events"] = [e.to_dict() for e in self.events]
         return d
@@ -88,7 +106,10 @@ class Entry:
         events = d.get("events", [])
         if not isinstance(events, list):
             raise ValueError('"events" must be a JSON list')
-        return cls(role, content, [event_from_dict(e) for e in events])
+        models = d.get("models")
+        if models is not None and not isinstance(models, dict):
+            raise ValueError(f'"models" must be a JSON object, not {type(models).__name__}')
+        return cls(role, content, [event_from_dict(e) for e in events], models)
 
 
 @dataclass
@@ -104,12 +125,57 @@ class Transcript:
     title: str = ""  # set by a rename in the chat history; "" = named by its first message
 
     def engine_messages(self) -> list[dict[str, str]]:
-        """What :meth:`Speculator.run` takes: system prompt (if any), then the messages."""
+        """What :meth:`Speculator.run` takes: the system prompt the chat started with (if any),
+        then the messages, each system prompt change where it was made. A cleared system prompt
+        sends nothing (the one before stays where it was sent)."""
         out = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return out + [{"role": e.role, "content": e.content} for e in self.entries]
+        return out + [{"role": e.role, "content": e.content} for e in self.entries if e.role != "system" or e.content]
+
+    # -- the system prompt, per turn ----------------------------------------------------
+
+    def system_at(self, index: int) -> str:
+        """The system prompt in force at entry ``index``: the last change before it, else the
+        one the chat started with."""
+        return next((e.content for e in reversed(self.entries[:index]) if e.role == "system"), self.system_prompt)
+
+    @property
+    def current_system(self) -> str:
+        """The system prompt the next message is sent with."""
+        return self.system_at(len(self.entries))
+
+    def set_system(self, text: str) -> None:
+        """Change the system prompt from the next message on; the turns sent before keep
+        theirs. With no message yet it is the chat's own; after one, a system message where
+        the change is made (replacing one made since the last message)."""
+        while self.entries and self.entries[-1].role == "system":
+            self.entries.pop()
+        if not self.entries:
+            self.system_prompt = text
+        elif text != self.current_system:
+            self.entries.append(Entry("system", text))
+
+    def pending_system(self) -> str | None:
+        """A system prompt set since the last message (sent with none yet), or None."""
+        last = self.entries[-1] if self.entries else None
+        return last.content if last is not None and last.role == "system" else None
+
+    def cut(self, index: int) -> list[Entry]:
+        """Drop the entries from ``index`` on (an edit or a regenerate sends the turn again);
+        a system prompt set after them stays, for what is sent next. Returns what was dropped."""
+        pending = self.pending_system()
+        dropped = self.entries[index:]
+        del self.entries[index:]
+        if pending is not None:
+            self.set_system(pending)
+        return dropped
 
     def replies(self) -> list[Entry]:
         return [e for e in self.entries if e.role == "assistant"]
+
+    def conversation(self) -> dict[str, Any]:
+        """What was said, as JSON: the system prompt and the messages with their events
+        (not the models, config, versions or title a save records beside them)."""
+        return {"system_prompt": self.system_prompt, "messages": [e.to_dict() for e in self.entries]}
 
     # -- JSON ------------------------------------------------------------------------
 
@@ -178,13 +244,21 @@ class Transcript:
             lines.append(f"- **backend**: {self.models['backend']}")
         if self.system_prompt:
             lines += ["", "## System", "", self.system_prompt]
+        pair = self.models
         for e in self.entries:
+            if e.role == "system":  # changed here: the turns above were sent with the one before
+                lines += ["", "## System (changed)", "", e.content or "_(cleared)_"]
+                continue
             lines += ["", f"## {'You' if e.role == 'user' else e.role.capitalize()}", "", e.content]
             if e.role == "assistant" and e.finish is not None:
                 lines += ["", f"> {reply_summary(e.finish)}"]
                 sampling = sampling_summary(e)
                 if sampling:
                     lines += [">", f"> {sampling}"]
+            if e.models is not None:
+                if models_label(e.models) != models_label(pair):  # another pair from this reply on
+                    lines += [">", f"> models: {models_label(e.models)}"]
+                pair = e.models
         return "\n".join(lines).rstrip() + "\n"
 
     # -- files -----------------------------------------------------------------------
@@ -196,7 +270,29 @@ class Transcript:
             TranscriptError: the folder cannot be created or written.
         """
         json_path = Path(json_path)
-        md_path = json_path.with_suffix(".md")
+        self._write(json_path, atomic_write_text)
+        return json_path, json_path.with_suffix(".md")
+
+    def save_new(self, folder: Path) -> tuple[Path, Path]:
+        """Save under a fresh ``chat-YYYYmmdd-HHMMSS[-N].json`` in ``folder``, never over a file
+        that is there: two processes saving at the same moment each get their own name.
+        Returns both paths.
+
+        Raises:
+            TranscriptError: the folder cannot be created or written.
+        """
+        for path in transcript_names(folder):
+            if not path.with_suffix(".md").exists() and self._write(path, exclusive_write_text):
+                return path, path.with_suffix(".md")
+        raise AssertionError("unreachable: transcript_names never ends")
+
+    def _write(self, json_path: Path, write: Callable[[Path, str], bool | None]) -> bool:
+        """The JSON through ``write`` (False: it wrote nothing, the name was taken), then the
+        Markdown beside it. Returns whether it wrote.
+
+        Raises:
+            TranscriptError: the folder cannot be created or written.
+        """
         if not self.created:
             self.created = now_iso()
         try:
@@ -206,11 +302,12 @@ class Transcript:
                 _SWEPT.add(json_path.parent)
             # a lone surrogate (pasted, or from an old file) must not make the save raise: one pass over the text
             text = json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n"
-            atomic_write_text(json_path, _LONE_SURROGATE.sub("\ufffd", text))
-            atomic_write_text(md_path, _LONE_SURROGATE.sub("\ufffd", self.to_markdown()))
+            if write(json_path, _LONE_SURROGATE.sub("\ufffd", text)) is False:
+                return False
+            atomic_write_text(json_path.with_suffix(".md"), _LONE_SURROGATE.sub("\ufffd", self.to_markdown()))
         except OSError as e:
             raise TranscriptError(f"cannot write transcript {json_path}: {e.strerror or e}") from e
-        return json_path, md_path
+        return True
 
     @classmethod
     def load(cls, path: Path, *, repair_markdown: bool = False) -> Transcript:
@@ -274,6 +371,31 @@ def _without_lone_surrogates(value: Any) -> Any:
     if isinstance(value, dict):
         return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
     return value
+
+
+def model_pair(target: Mapping[str, Any] | None, draft: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What a reply records of the models that made it: each one's path, GGUF name and
+    quantization (from ``ModelInfo.summary()``); ``draft`` None without a draft model."""
+
+    def one(m: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        return None if m is None else {k: m.get(k) for k in ("path", "name", "file_type")}
+
+    return {"target": one(target), "draft": one(draft)}
+
+
+def models_label(models: Mapping[str, Any] | None) -> str:
+    """``target SmolLM2-135M-Instruct F32 · draft SmolLM2-135M-Instruct Q4_1`` ("no draft"
+    without one); "" for nothing recorded."""
+    if not models or not isinstance(models.get("target"), Mapping):
+        return ""
+    parts = []
+    for role in ("target", "draft"):
+        m = models.get(role)
+        if isinstance(m, Mapping):
+            parts.append(f"{role} {model_label(m.get('path'), str(m.get('name', '?')), str(m.get('file_type') or ''))}")
+        else:
+            parts.append("no draft")
+    return " · ".join(parts)
 
 
 def count(n: int, noun: str) -> str:
@@ -436,12 +558,15 @@ def versions() -> dict[str, str]:
     return out
 
 
-def new_transcript_path(folder: Path) -> Path:
-    """A fresh ``chat-YYYYmmdd-HHMMSS.json`` name in ``folder`` (suffixed if taken)."""
+def transcript_names(folder: Path) -> Iterator[Path]:
+    """``chat-YYYYmmdd-HHMMSS.json`` in ``folder`` (now), then ``-2``, ``-3``, … after it, endlessly."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = Path(folder) / f"chat-{stamp}.json"
-    n = 2
-    while path.exists() or path.with_suffix(".md").exists():
-        path = Path(folder) / f"chat-{stamp}-{n}.json"
-        n += 1
-    return path
+    yield Path(folder) / f"chat-{stamp}.json"
+    for n in itertools.count(2):
+        yield Path(folder) / f"chat-{stamp}-{n}.json"
+
+
+def new_transcript_path(folder: Path) -> Path:
+    """A ``chat-YYYYmmdd-HHMMSS.json`` name in ``folder`` that is free now (suffixed if taken).
+    To write a new file, :meth:`Transcript.save_new` claims its name as it writes."""
+    return next(p for p in transcript_names(folder) if not p.exists() and not p.with_suffix(".md").exists())

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from skippy_tui.history import INDEX_NAME, NO_MESSAGE, TITLE_WIDTH, HistoryError
 from skippy_tui.transcript import Entry, Transcript, TranscriptError
 
 FIXTURE = Path(__file__).parent / "ui" / "fixtures" / "chat.json"  # a recorded chat on the default pair
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _chat(*messages: str, title: str = "") -> Transcript:
@@ -33,7 +37,7 @@ def _saved(store: HistoryStore, transcript: Transcript, name: str, mtime: float 
 def test_a_saved_chat_is_listed_with_title_models_turns_and_both_files(tmp_path: Path) -> None:
     store = HistoryStore(tmp_path / "history")
     recorded = Transcript.load(FIXTURE)
-    entry = store.save(recorded, store.new_path())
+    entry = store.save(recorded)  # a new chat: a fresh file
     assert entry.path.is_file() and entry.path.with_suffix(".md").is_file()
     assert Transcript.load(entry.path) == recorded  # the history file is a full transcript
 
@@ -256,7 +260,7 @@ def test_a_save_that_cannot_write_raises_transcript_error(tmp_path: Path) -> Non
     blocker.write_text("a file where the folder should be")
     store = HistoryStore(blocker)
     with pytest.raises(TranscriptError, match="cannot write transcript"):
-        store.save(_chat("q", "a"), store.new_path())
+        store.save(_chat("q", "a"))
     assert store.list() == []  # and listing a folder that is not one is an empty history
 
 
@@ -267,3 +271,133 @@ def test_title_round_trips_through_the_transcript_json() -> None:
     bad = t.to_dict() | {"title": 3}
     with pytest.raises(TranscriptError, match='"title" must be a string'):
         Transcript.from_dict(bad)
+
+
+# one app process's saves: waits for the start time given, then saves 20 new chats and continues each once
+WRITER = """
+import sys, time
+from pathlib import Path
+from skippy_tui.history import HistoryStore
+from skippy_tui.transcript import Entry, Transcript
+
+folder, who, start = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+store = HistoryStore(folder)
+while time.time() < start:
+    pass
+for i in range(20):
+    chat = Transcript(entries=[Entry("user", f"{who} {i}"), Entry("assistant", "ok")])
+    path = store.save(chat).path
+    chat.entries += [Entry("user", "more"), Entry("assistant", "ok")]
+    store.save(chat, path)
+"""
+
+
+def test_two_processes_saving_at_once_lose_no_chat_and_no_index_record(tmp_path: Path) -> None:
+    """Issue 57.3: two app processes that each saved 20 new chats, started within a millisecond
+    of each other, picked the same file names (one chat overwrote another) and wrote the index
+    over each other's records. Both start here at the same instant, as two real processes."""
+    folder = tmp_path / "history"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    start = time.time() + 3  # both have imported by then (a loaded machine is slow to start Python)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(folder), who, str(start)], env=env, stderr=subprocess.PIPE)
+        for who in ("a", "b")
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()
+    assert time.time() > start, "a writer ended before the start it waited for"
+    wanted = {f"{who} {i}" for who in "ab" for i in range(20)}
+    files = sorted(folder.glob("chat-*.json"))
+    assert {Transcript.load(f).entries[0].content for f in files} == wanted and len(files) == 40
+    assert all(len(Transcript.load(f).entries) == 4 for f in files)  # each continued in its own file
+    index = json.loads((folder / INDEX_NAME).read_text())["chats"]  # as written, before a listing repairs it
+    assert {index[f.name]["title"] for f in files} == wanted and index[files[0].name]["turns"] == 2
+    assert {e.title for e in HistoryStore(folder).list()} == wanted
+    assert not list(folder.glob(".*.tmp"))  # no temp file left behind
+
+
+def test_holding_finds_the_chat_a_transcript_was_saved_from_as_it_stands(tmp_path: Path) -> None:
+    """Issue 57.2: a transcript saved with Ctrl+S from a chat in the history is that chat: continued,
+    it goes on in the history file. Not when either went on without the other (a fork)."""
+    store = HistoryStore(tmp_path / "history")
+    chat = _chat("first question", "answer")
+    path = store.save(chat).path
+    chat.save(tmp_path / "saved.json")  # Ctrl+S: the same chat, in a transcript file
+    copy = Transcript.load(tmp_path / "saved.json")
+    assert store.holding(copy) == path
+    store.rename(path, "renamed")  # a title is not what was said
+    assert store.holding(copy) == path
+    copy.entries.append(Entry("user", "more"))  # the file went on: the history chat did not
+    assert store.holding(copy) is None
+    other = _chat("first question", "answer")  # the same words, another chat (its own creation stamp)
+    other.created = "2000-01-01T00:00:00+00:00"
+    assert store.holding(other) is None
+
+
+def test_a_chat_two_windows_go_on_with_is_not_written_over(tmp_path: Path) -> None:
+    """Issue 57.3: two windows with the same chat open each save their next turn into its file;
+    the second would write over the first's. It finds the file holding another conversation
+    than the one it last wrote or read, keeps it, and saves its own as a new chat."""
+    folder = tmp_path / "history"
+    first = HistoryStore(folder).save(_chat("q", "a")).path
+    windows = {name: HistoryStore(folder) for name in ("one", "two")}
+    chats = {name: Transcript.load(first) for name in windows}
+    for store in windows.values():
+        store.opened(first)
+    for name, store in windows.items():
+        was = Transcript(list(chats[name].entries))
+        chats[name].entries += [Entry("user", f"from {name}"), Entry("assistant", "ok")]
+        saved = store.save(chats[name], first, was=was)
+        assert (saved.path == first) is (name == "one")
+    assert {e.turns for e in HistoryStore(folder).list()} == {2}
+    assert sorted(Transcript.load(e.path).entries[2].content for e in HistoryStore(folder).list()) == [
+        "from one",
+        "from two",
+    ]
+    # a rename in another window changes the file, not the conversation: saved over, the title kept
+    windows["two"].rename(first, "named")
+    was = Transcript(list(chats["one"].entries))
+    chats["one"].entries += [Entry("user", "more"), Entry("assistant", "ok")]
+    assert windows["one"].save(chats["one"], first, was=was).path == first
+    assert Transcript.load(first).title == "named" and len(Transcript.load(first).entries) == 6
+
+
+# one window's saves of a chat it goes on with: waits for the start time given, then adds 10 turns
+CONTINUER = """
+import sys, time
+from pathlib import Path
+from skippy_tui.history import HistoryStore
+from skippy_tui.transcript import Entry, Transcript
+
+folder, path, who, start = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+store = HistoryStore(folder)
+chat = Transcript.load(path)
+store.opened(path)
+while time.time() < start:
+    pass
+for i in range(10):
+    was = Transcript(list(chat.entries))
+    chat.entries += [Entry("user", f"{who} {i}"), Entry("assistant", "ok")]
+    path = store.save(chat, path, was=was).path
+"""
+
+
+def test_two_processes_going_on_with_one_chat_lose_no_turn(tmp_path: Path) -> None:
+    """Two real processes add turns to the same chat at once: every turn is in some chat file."""
+    folder = tmp_path / "history"
+    first = HistoryStore(folder).save(_chat("q", "a")).path
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    start = time.time() + 3
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CONTINUER, str(folder), str(first), who, str(start)], env=env, stderr=subprocess.PIPE
+        )
+        for who in ("a", "b")
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()
+    said = {e.content for f in folder.glob("chat-*.json") for e in Transcript.load(f).entries}
+    assert {f"{who} {i}" for who in "ab" for i in range(10)} <= said
+    assert len(HistoryStore(folder).list()) == len(list(folder.glob("chat-*.json")))

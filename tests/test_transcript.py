@@ -165,6 +165,24 @@ def test_new_names_never_collide(tmp_path: Path) -> None:
     assert second != first and second.suffix == ".json"
 
 
+@pytest.mark.parametrize("hard_links", [True, False])
+def test_save_new_never_writes_over_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hard_links: bool) -> None:
+    """Each new save claims a name no other file has, with hard links or (where a file system
+    has none) by creating the name exclusively first."""
+    if not hard_links:
+
+        def no_link(*args: object) -> None:
+            raise PermissionError(1, "Operation not permitted")
+
+        monkeypatch.setattr("os.link", no_link)
+    taken = new_transcript_path(tmp_path)
+    taken.write_text("someone else's", "utf-8")
+    saved = [Transcript(entries=[Entry("user", str(i))]).save_new(tmp_path)[0] for i in range(3)]
+    assert len({taken, *saved}) == 4 and taken.read_text("utf-8") == "someone else's"
+    assert [Transcript.load(p).entries[0].content for p in saved] == ["0", "1", "2"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
 def test_saved_file_is_plain_json_with_event_types(tmp_path: Path) -> None:
     t = Transcript.load(CHAT_JSON)
     path, _ = t.save(tmp_path / "c.json")
@@ -308,3 +326,103 @@ def test_opening_where_the_markdown_cannot_be_written_still_loads(tmp_path: Path
 def test_the_fixtures_markdown_is_what_their_json_derives() -> None:
     for path in (CHAT_JSON, SAMPLED_JSON):
         assert path.with_suffix(".md").read_text("utf-8") == Transcript.load(path).to_markdown(), path
+
+
+# -- issue 57.1: the system prompt, the model pair and the sampling settings per turn --------------
+
+PAIR_A = {"target": {"path": "/m/A.F32.gguf", "name": "A", "file_type": "F32"}, "draft": None}
+PAIR_B = {
+    "target": {"path": "/m/B.Q8_0.gguf", "name": "B", "file_type": "Q8_0"},
+    "draft": {"path": "/m/b.Q4_1.gguf", "name": "b", "file_type": "Q4_1"},
+}
+
+
+def _turns(*texts: str, system: str = "") -> Transcript:
+    entries = [Entry("user" if i % 2 == 0 else "assistant", text) for i, text in enumerate(texts)]
+    return Transcript(entries, system_prompt=system)
+
+
+def test_a_system_prompt_set_mid_chat_is_kept_where_it_was_made() -> None:
+    """Before the first message it is the chat's own; after one, a system message there: the turns
+    before keep the one they were sent with, and are sent again as they were."""
+    t = Transcript()
+    t.set_system("Be brief.")
+    assert t.system_prompt == "Be brief." and not t.entries
+    t.entries += [Entry("user", "Say A."), Entry("assistant", "A.")]
+    t.set_system("SYS-X pretend")
+    assert t.system_prompt == "Be brief." and t.current_system == "SYS-X pretend"
+    assert [(e.role, e.content) for e in t.entries][-1] == ("system", "SYS-X pretend")
+    t.set_system("SYS-Y")  # changed again before the next message: one change
+    assert [e.role for e in t.entries] == ["user", "assistant", "system"] and t.current_system == "SYS-Y"
+    t.set_system("Be brief.")  # back to the one in force: no change at all
+    assert [e.role for e in t.entries] == ["user", "assistant"]
+    t.set_system("SYS-X pretend")
+    t.entries += [Entry("user", "Say B.")]
+    assert t.engine_messages() == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Say A."},
+        {"role": "assistant", "content": "A."},
+        {"role": "system", "content": "SYS-X pretend"},
+        {"role": "user", "content": "Say B."},
+    ]
+    assert [t.system_at(i) for i in range(len(t.entries))] == ["Be brief."] * 3 + ["SYS-X pretend"]
+
+
+def test_a_cleared_system_prompt_is_recorded_and_sends_nothing() -> None:
+    t = _turns("Say A.", "A.", system="Be brief.")
+    t.set_system("")
+    t.entries.append(Entry("user", "Say B."))
+    assert t.entries[2] == Entry("system", "") and t.current_system == ""
+    assert [m["role"] for m in t.engine_messages()] == ["system", "user", "assistant", "user"]
+    assert "## System (changed)\n\n_(cleared)_" in t.to_markdown()
+
+
+def test_an_edit_or_regenerate_keeps_a_system_prompt_set_after_the_turn_for_the_turn_sent_again() -> None:
+    t = _turns("Say A.", "A.", "Say B.", "B.")
+    t.set_system("SYS-X")
+    dropped = t.cut(2)  # "Say B." is sent again (edited, or its reply regenerated)
+    assert [e.content for e in dropped] == ["Say B.", "B.", "SYS-X"]
+    assert [(e.role, e.content) for e in t.entries] == [("user", "Say A."), ("assistant", "A."), ("system", "SYS-X")]
+    t.cut(0)  # the first message sent again: the chat starts with it
+    assert t.entries == [] and t.system_prompt == "SYS-X"
+
+
+def test_markdown_and_json_show_each_change_where_it_was_made() -> None:
+    t = _turns("Say A.", "A.")
+    t.entries[1].models = PAIR_A
+    t.models = PAIR_B  # the pair at the last save: switched since the first reply
+    t.set_system("SYS-X pretend")
+    t.entries += [Entry("user", "Say B."), Entry("assistant", "B.", models=PAIR_B), Entry("user", "Say C.")]
+    t.entries.append(Entry("assistant", "C.", models=PAIR_B))
+    md = t.to_markdown()
+    assert "## System\n" not in md  # none at the start: the change is not above the turns before it
+    assert md.index("## You\n\nSay A.") < md.index("## System (changed)\n\nSYS-X pretend") < md.index("Say B.")
+    # reply 1 came from another pair than the one the header names; reply 2 from the new one on
+    assert md.count("> models: ") == 2
+    assert md.index("> models: target A F32 · no draft") < md.index("> models: target B Q8_0 · draft b Q4_1")
+    assert md.index("\n\nB.\n") < md.index("> models: target B Q8_0") < md.index("Say C.")  # reply 2's footer
+    data = t.to_dict()
+    assert data["system_prompt"] == "" and data["messages"][2] == {"role": "system", "content": "SYS-X pretend"}
+    assert data["messages"][1]["models"] == PAIR_A
+    assert Transcript.from_dict(json.loads(json.dumps(data))) == t
+
+
+def test_an_old_transcript_without_per_turn_records_loads_as_before(tmp_path: Path) -> None:
+    """Files from before: one system prompt at the top, no models per reply. They open, read
+    as chats whose system prompt never changed, and save back with nothing added."""
+    data = json.loads(CHAT_JSON.read_text("utf-8"))
+    data["system_prompt"] = "Be brief."
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data), "utf-8")
+    t = Transcript.load(path)
+    assert t.system_prompt == t.current_system == "Be brief." and all(e.models is None for e in t.entries)
+    assert t.engine_messages()[0] == {"role": "system", "content": "Be brief."} and len(t.engine_messages()) == 5
+    assert "(changed)" not in t.to_markdown() and "> models:" not in t.to_markdown()
+    t.save(path)
+    saved = json.loads(path.read_text("utf-8"))
+    assert saved["system_prompt"] == "Be brief." and [m["role"] for m in saved["messages"]] == ["user", "assistant"] * 2
+    assert not any("models" in m for m in saved["messages"])
+    bad = data | {"messages": [{"role": "assistant", "content": "x", "models": "B"}]}
+    path.write_text(json.dumps(bad), "utf-8")
+    with pytest.raises(TranscriptError, match='"models" must be a JSON object'):
+        Transcript.load(path)

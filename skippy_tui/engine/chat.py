@@ -51,20 +51,51 @@ class ChatTemplate:
         Raises:
             SkippyError: the template failed to render (it names the cause).
         """
-        if self.jinja is not None:
-            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+        if self.jinja is None:
+            return _apply_builtin(self.builtin or "chatml", messages, add_generation_prompt)
+        try:
+            return self._render_jinja(messages, add_generation_prompt)
+        except SkippyError:
+            folded = fold_system_changes(messages)
+            if list(folded) == list(messages):
+                raise
+            # a system message mid-chat (the system prompt changed there) that the template
+            # refuses ("roles must alternate"): said to the model with the next user message
+            return self._render_jinja(folded, add_generation_prompt)
 
-            try:
-                fmt = Jinja2ChatFormatter(
-                    template=self.jinja,
-                    eos_token=self.eos_text,
-                    bos_token=self.bos_text,
-                    add_generation_prompt=add_generation_prompt,
-                )
-                return fmt(messages=[dict(m) for m in messages]).prompt
-            except Exception as e:  # jinja raises many types; all mean "bad template/input"
-                raise SkippyError(f"chat template failed to render: {e}") from e
-        return _apply_builtin(self.builtin or "chatml", messages, add_generation_prompt)
+    def _render_jinja(self, messages: Sequence[Message], add_generation_prompt: bool) -> str:
+        """Raises: SkippyError: the template failed to render (it names the cause)."""
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        try:
+            fmt = Jinja2ChatFormatter(
+                template=self.jinja or "",
+                eos_token=self.eos_text,
+                bos_token=self.bos_text,
+                add_generation_prompt=add_generation_prompt,
+            )
+            return fmt(messages=[dict(m) for m in messages]).prompt
+        except Exception as e:  # jinja raises many types; all mean "bad template/input"
+            raise SkippyError(f"chat template failed to render: {e}") from e
+
+
+def fold_system_changes(messages: Sequence[Message]) -> list[Message]:
+    """``messages`` with each system message after the first message moved into the next user
+    message, ahead of its text (as llama.cpp's built-in Gemma template does with every system
+    message): for a template that takes a system message only at the start. One with no user
+    message after it stays where it is."""
+    out: list[Message] = []
+    held: list[str] = []
+    for i, m in enumerate(messages):
+        if m["role"] == "system" and i > 0 and any(later["role"] == "user" for later in messages[i + 1 :]):
+            if m["content"]:
+                held.append(m["content"])
+            continue
+        if m["role"] == "user" and held:
+            m = {**m, "content": "\n\n".join([*held, m["content"]])}
+            held = []
+        out.append(dict(m))
+    return out
 
 
 def _apply_builtin(name: str, messages: Sequence[Message], add_ass: bool) -> str:

@@ -38,6 +38,41 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def exclusive_write_text(path: Path, text: str) -> bool:
+    """Write ``text`` (UTF-8) to ``path`` whole, only if nothing is there yet: False, writing
+    nothing, when the name is taken (also by another process at the same moment).
+
+    The file is written aside and hard-linked into place, which fails when the name exists:
+    a reader never sees it half-written. Where the file system has no hard links, the name
+    is claimed empty first (``O_EXCL``) and the text renamed over it.
+
+    Raises:
+        OSError: the folder is missing or not writable (no temp file is left).
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:  # no hard links here: claim the name, then fill it
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            except FileExistsError:
+                return False
+            os.replace(tmp, path)
+        return True
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
 def remove_stale_temps(folder: Path) -> int:
     """Delete the temp files :func:`atomic_write_text` left in ``folder`` when its process
     died mid-write (a kill while saving); a live process's are kept. Returns how many went."""

@@ -72,7 +72,7 @@ KEY_HELP = {
     "new_chat": "new chat (the KV caches start empty)",
     "regenerate": "generate the last reply again (the KV caches roll back)",
     "edit_last": "put your last message back in the input; enter resends it",
-    "system_prompt": "system prompt",
+    "system_prompt": "system prompt, from the next reply (the turns before keep theirs)",
     "tune": "speculation and sampling settings: n_draft, p_min, temperature, top_k/p, min_p, seed, …",
     "toggle_speculation": "speculation on / off",
     "load_models": "load the models (into a replayed transcript, to continue it)",

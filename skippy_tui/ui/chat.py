@@ -58,7 +58,16 @@ class MessageWidget(Widget):
 
 
 class SystemNote(Static):
-    """The system prompt, shown dimmed above the conversation."""
+    """The system prompt, shown dimmed above the conversation; also the model pair, before
+    a reply that came from another pair than the reply before it."""
+
+
+class SystemChange(MessageWidget):
+    """A system prompt change, where it was made: the turns above kept the one before."""
+
+    def compose(self) -> ComposeResult:
+        text = self.entry.content
+        yield Static(f"system prompt changed: {text}" if text else "system prompt cleared", markup=False)
 
 
 class Welcome(Static):

@@ -7,9 +7,11 @@ from typing import ClassVar
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
+
+from .button_row import ButtonRow
 
 DISCARD = "discard"
 SAVE = "save"
@@ -39,7 +41,7 @@ class ConfirmDiscardScreen(ModalScreen["str | None"]):
             v.border_title = f"{self.action_name}?"
             v.border_subtitle = "enter/y without saving · s save first · esc/n cancel"
             yield Static(f"{self.what} has not been saved.", id="confirm-message", markup=False)
-            with Horizontal(classes="buttons"):
+            with ButtonRow():
                 yield Button(f"{self.action_name} without saving (y)", id="discard", variant="error")
                 yield Button("Save first (s)", id="save", variant="primary")
                 yield Button("Cancel (esc)", id="cancel")

@@ -7,11 +7,12 @@ from typing import ClassVar
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label, Static
 
 from ..engine.errors import BoundsError, IncompatibleModelsError, ModelFileError
+from .button_row import ButtonRow
 
 
 def how_to_fix(error: BaseException, config_file: str) -> str:
@@ -59,7 +60,7 @@ class ErrorScreen(ModalScreen[str]):
             yield Static(self.message, id="error-message", markup=False)
             yield Label("How to fix it", classes="dialog-heading")
             yield Static(self.fix, id="error-fix", markup=False)
-            with Horizontal(classes="buttons"):
+            with ButtonRow():
                 if self.can_continue:
                     yield Button("Continue without models", id="continue", variant="primary")
                 yield Button("Quit", id="quit", variant="error")

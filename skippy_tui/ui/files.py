@@ -10,18 +10,36 @@ from typing import Any
 
 from ..config import data_dir
 from ..history import HistoryStore
-from ..transcript import Transcript, TranscriptError, new_transcript_path, versions
+from ..transcript import Transcript, TranscriptError, versions
 from .confirm import DISCARD, SAVE, ConfirmDiscardScreen
 from .history_screen import HistoryScreen
 from .open_screen import OpenTranscriptScreen
+
+
+class Saved:
+    """The conversation as one file holds it: the entries (by identity: an edit or a regenerate
+    replaces them) and the system prompt."""
+
+    def __init__(self, transcript: Transcript) -> None:
+        self.entries = list(transcript.entries)
+        self.system = transcript.system_prompt
+
+    def holds(self, transcript: Transcript) -> bool:
+        entries = transcript.entries
+        same = len(entries) == len(self.entries) and all(a is b for a, b in zip(entries, self.entries))
+        return same and transcript.system_prompt == self.system
+
+    def transcript(self) -> Transcript:
+        return Transcript(list(self.entries), self.system)
 
 
 class FilesMixin:
     """Saving, opening and keeping the conversation for the app.
 
     Owns ``history_path`` (this chat's file in the history, once saved there),
-    ``_history_failed`` and what was last saved or opened (``_saved_entries``,
-    ``_saved_system``, behind :attr:`unsaved`). Relies on the app's ``config``,
+    ``_history_failed``, and what each of the chat's two files holds: ``_in_file`` (the
+    transcript file, ``transcript_path``, as opened or last saved with Ctrl+S) and
+    ``_in_history`` (``history_path``), behind :attr:`unsaved`. Relies on the app's ``config``,
     ``transcript``, ``transcript_path``, ``speculator``, ``session_stats``, ``chat``,
     ``panel``, ``prompt``, ``generating`` / ``_busy`` / ``_end_edit`` / ``_forget_next``
     (GenerationMixin), ``_show_transcript`` (ReplyViewMixin) and ``_n_past`` /
@@ -29,26 +47,25 @@ class FilesMixin:
     """
 
     def _init_files(self) -> None:
-        self._mark_saved()  # a transcript opened from a file is saved as it stands
-        self.history_path: Path | None = None  # this chat's file in the history, once saved there
+        self._history: HistoryStore | None = None
         self._history_failed = False  # a failed history save was told (once, until one works)
+        self.history_path: Path | None = None  # this chat's file in the history, once saved there
+        self._in_history: Saved | None = None
+        self._in_file: Saved | None = Saved(self.transcript)  # a transcript opened from a file holds it
+        if self.transcript_path is not None:
+            self._find_in_history()
 
     # -- unsaved conversations -----------------------------------------------------------------
 
-    def _mark_saved(self) -> None:
-        """The conversation as it stands is on disk (or came from there)."""
-        self._saved_entries = list(self.transcript.entries)
-        self._saved_system = self.transcript.system_prompt
-
     @property
     def unsaved(self) -> bool:
-        """The conversation has messages and differs from what was last saved or opened
-        (entries compared by identity: an edit or a regenerate replaces them)."""
-        entries = self.transcript.entries
-        if not entries:
+        """The conversation has messages that neither its transcript file nor its history
+        file holds as they stand."""
+        if not self.transcript.entries:
             return False
-        same = len(entries) == len(self._saved_entries) and all(a is b for a, b in zip(entries, self._saved_entries))
-        return not same or self.transcript.system_prompt != self._saved_system
+        return not any(
+            saved is not None and saved.holds(self.transcript) for saved in (self._in_file, self._in_history)
+        )
 
     async def _unless_kept(self, action: str, proceed: Callable[[], Any]) -> None:
         """Run ``proceed`` (which drops the conversation) once the conversation is safe.
@@ -89,9 +106,10 @@ class FilesMixin:
     async def _new_chat_now(self) -> None:
         if self._busy():  # a reply may have started while the dialog asked
             return
-        self.transcript = Transcript(system_prompt=self.transcript.system_prompt)
+        self.transcript = Transcript(system_prompt=self.transcript.current_system)  # the one set last
         self.transcript_path = None
         self.history_path = None  # a new chat gets a new file in the history
+        self._in_file = self._in_history = None
         self._forget_next = True
         self._end_edit()
         session = self.session_stats
@@ -130,22 +148,24 @@ class FilesMixin:
                 self.notify("Nothing to save yet.")
             return False
         path = self.transcript_path
-        if not self.unsaved and path is not None and path.suffix == ".json" and path.is_file():
-            # unchanged since it was opened or saved: rewriting would replace the file's record of
-            # the models, config and versions that made it with this session's
+        held = self._in_file is not None and self._in_file.holds(self.transcript)
+        if held and path is not None and path.suffix == ".json" and path.is_file():
+            # the file holds the chat as it stands: rewriting would replace its record of the
+            # models, config and versions that made it with this session's
             if not quiet:
                 self.notify(f"{path} is up to date: nothing changed since it was saved or opened.", timeout=5)
             return True
         self._snapshot_metadata()
-        if path is None or path.suffix != ".json":
-            path = new_transcript_path(self.transcript_dir())
         try:
-            json_path, md_path = self.transcript.save(path)
+            if path is None or path.suffix != ".json":  # a fresh name, claimed as it is written
+                json_path, md_path = self.transcript.save_new(self.transcript_dir())
+            else:
+                json_path, md_path = self.transcript.save(path)
         except TranscriptError as e:
             self.notify(str(e), title="Save failed", severity="error", timeout=10)
             return False
         self.transcript_path = json_path
-        self._mark_saved()
+        self._in_file = Saved(self.transcript)
         if not quiet:
             extra = " (the reply in flight is not included)" if self.generating else ""
             self.notify(f"Saved {json_path}\nand {md_path.name}{extra}", title="Transcript saved", timeout=5)
@@ -163,27 +183,50 @@ class FilesMixin:
         self.push_screen(OpenTranscriptScreen(self.transcript_dir()), done)
 
     async def open_transcript(self, path: Path) -> None:
+        """Open a transcript file to read or continue: Ctrl+S saves the chat as it then stands
+        into it. Continued, the chat goes on in its history file when the history holds this
+        same chat (the file was saved from it), else the history keeps it as a new chat; a file
+        in the history folder is opened as F9 opens it."""
+        path = Path(path)
+        if path.parent.resolve() == self.history_store().folder.resolve():
+            await self.open_history(path)
+            return
+        if not await self._open(path):
+            return
+        self.transcript_path = path
+        self._in_file, self._in_history, self.history_path = Saved(self.transcript), None, None
+        self._find_in_history()
+        self._update_status()
+        if self.speculator is not None:
+            self.notify("Transcript opened: type a message to continue it.", timeout=4)
+
+    async def _open(self, path: Path) -> bool:
+        """Show the transcript in ``path`` in place of the conversation; False (with the error
+        told, the conversation as it was) when it cannot be read or shown."""
         try:
             transcript = Transcript.load(path, repair_markdown=True)
         except TranscriptError as e:
             self.notify(str(e), title="Cannot open transcript", severity="error", timeout=10)
-            return
-        previous = (self.transcript, self.transcript_path)
+            return False
+        previous = self.transcript
         self.transcript = transcript
-        self.transcript_path = Path(path)
         self._end_edit()
         try:
             await self._show_transcript()
         except Exception as e:  # parsed, but a field holds what no reply can have: keep the chat
-            self.transcript, self.transcript_path = previous
+            self.transcript = previous
             await self._show_transcript()
             self.notify(f"{path}: {type(e).__name__}: {e}", title="Cannot open transcript", severity="error")
-            return
-        self._mark_saved()
-        self.history_path = None  # continued, it is saved in the history as a new chat
-        self._update_status()
-        if self.speculator is not None:
-            self.notify("Transcript opened: type a message to continue it.", timeout=4)
+            return False
+        return True
+
+    def _find_in_history(self) -> None:
+        """Continue the chat in the history file that holds it as it stands, if there is one."""
+        if self.history_enabled():
+            self.history_path = self.history_store().holding(self.transcript)
+            self._in_history = Saved(self.transcript) if self.history_path is not None else None
+            if self.history_path is not None:
+                self.history_store().opened(self.history_path)
 
     # -- chat history --------------------------------------------------------------------------
 
@@ -192,8 +235,11 @@ class FilesMixin:
         return bool(self.config.get("ui", "history"))
 
     def history_store(self) -> HistoryStore:
-        """The chats in ``<user data dir>/history``."""
-        return HistoryStore(data_dir() / "history")
+        """The chats in ``<user data dir>/history`` (one store for the app's life: it knows
+        which files it wrote, to tell when another window wrote one since)."""
+        if self._history is None:
+            self._history = HistoryStore(data_dir() / "history")
+        return self._history
 
     def _save_history(self) -> bool:
         """Save the conversation into its history file (after each reply and each edit).
@@ -205,10 +251,10 @@ class FilesMixin:
         if not self.history_enabled() or not self.transcript.entries:
             return False
         self._snapshot_metadata()
-        store = self.history_store()
-        path = self.history_path or store.new_path()
+        new = self.history_path is None
+        was = self._in_history.transcript() if self._in_history is not None else None
         try:
-            store.save(self.transcript, path)
+            entry = self.history_store().save(self.transcript, self.history_path, was=was)  # None: a new chat
         except TranscriptError as e:
             if not self._history_failed:
                 self.notify(
@@ -220,8 +266,23 @@ class FilesMixin:
             self._history_failed = True
             return False
         self._history_failed = False
-        self.history_path = path
-        self._mark_saved()
+        if not new and entry.path != self.history_path:  # not over what another window saved there
+            self.notify(
+                f"Another window went on with this chat: it is kept, and this one is saved as a new chat "
+                f"({entry.path.name}).",
+                title="Chat history",
+                severity="warning",
+                timeout=10,
+            )
+        self.history_path = entry.path
+        self._in_history = Saved(self.transcript)
+        if new and self.transcript_path is not None:  # continuing a transcript file: say where it goes
+            self.notify(
+                f"The chat history keeps it as a new chat ({entry.path.name}); "
+                f"ctrl+s saves it into {self.transcript_path.name}.",
+                title="Continued from a transcript",
+                timeout=8,
+            )
         return True
 
     def chat_is_kept(self) -> bool:
@@ -252,8 +313,11 @@ class FilesMixin:
         """Open a chat from the history to continue it with the loaded models; its next
         replies are saved into the same file (Ctrl+S still saves a copy as a transcript)."""
         path = Path(path)
-        await self.open_transcript(path)
-        if self.transcript_path == path:  # it opened
-            self.transcript_path = None
-            self.history_path = path
-            self._update_status()
+        if not await self._open(path):
+            return
+        self.transcript_path, self._in_file = None, None
+        self.history_path, self._in_history = path, Saved(self.transcript)
+        self.history_store().opened(path)
+        self._update_status()
+        if self.speculator is not None:
+            self.notify("Chat opened: type a message to continue it.", timeout=4)

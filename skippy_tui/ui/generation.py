@@ -25,8 +25,8 @@ from ..engine.events import ReplyFinished, ReplyStarted, StepVerified
 from ..engine.sampling import SamplingParams
 from ..engine.settings import GenerationSettings
 from ..engine.stats import AcceptanceStats
-from ..transcript import Entry, reply_stats
-from .chat import AssistantMessage, MessageWidget, UserMessage, Welcome
+from ..transcript import Entry, model_pair, models_label, reply_stats
+from .chat import AssistantMessage, MessageWidget, SystemNote, UserMessage, Welcome
 from .messages import EngineEvent
 from .prompt import HINT
 
@@ -72,13 +72,14 @@ class GenerationMixin:
     """Sending a message, running the reply in a worker, and showing its events as they come.
 
     Owns the reply in flight: ``generating``, ``_reply_id`` (events of an older reply are
-    dropped), ``_cancel``, ``_current`` / ``_current_entry`` (its widget and transcript
-    entry), ``_live_stats``, the ``_pending`` / ``_panel_pending`` step queues, ``_forget_next``
-    (a new chat: the engine's caches start empty) and ``_editing`` (Ctrl+L). Relies on the
-    app's ``speculator``, ``transcript``, ``generation``, ``chat``, ``panel``, ``prompt``,
-    ``state``, ``_shown`` and ``_show_in_panel`` (ReplyViewMixin), ``_update_status``
-    (StatusMixin), ``action_save`` / ``_save_history`` (FilesMixin), ``_swap_models``
-    (LoadingMixin), and the app's ``_relay``, ``_flush_timer`` and ``_quitting`` /
+    dropped), ``_cancel``, ``_current`` / ``_current_entry`` / ``_reply_at`` (its widget,
+    its transcript entry and where that goes), ``_live_stats``, the ``_pending`` /
+    ``_panel_pending`` step queues, ``_forget_next`` (a new chat: the engine's caches start
+    empty) and ``_editing`` (Ctrl+L). Relies on the app's ``speculator``, ``transcript``,
+    ``generation``, ``chat``, ``panel``, ``prompt``, ``state``, ``_shown``, ``_show_in_panel``
+    and ``_place_system_notes`` (ReplyViewMixin), ``_update_status`` (StatusMixin),
+    ``action_save`` / ``_save_history`` (FilesMixin), ``_swap_models`` (LoadingMixin), and
+    the app's ``_relay``, ``_flush_timer`` and ``_quitting`` /
     ``_go_on_quitting`` (a quit mid-reply goes on once the reply has ended).
     """
 
@@ -94,6 +95,7 @@ class GenerationMixin:
         self._panel_at = 0.0  # time.monotonic() of the last timeline update
         self._forget_next = False
         self._editing: int | None = None  # entry index of the user message being edited
+        self._reply_at = 0  # where the reply in flight goes in the transcript
 
     async def _send(self, text: str) -> None:
         """Send a message typed in the input (Enter): it starts a reply, or a notice says why not."""
@@ -107,9 +109,6 @@ class GenerationMixin:
             hint = "they are still loading" if self.loading else "press F5 to load them"
             self.notify(f"No models loaded: {hint}.", severity="warning")
             return
-        if self._editing is not None:
-            await self._truncate(self._editing)
-            self._end_edit()
         self.prompt.remember(text)
         self.state.history = self.prompt.recall_list
         self.state.save()
@@ -117,13 +116,21 @@ class GenerationMixin:
         for w in self.chat.query(Welcome):
             await w.remove()
         entry = Entry("user", text)
-        self.transcript.entries.append(entry)
-        await self.chat.mount(UserMessage(entry))
+        if self._editing is not None:  # it replaces the message edited, and all after it
+            await self._resend_from(self._editing, entry)
+            self._end_edit()
+        else:
+            self.transcript.entries.append(entry)
+            await self.chat.mount(UserMessage(entry))
         await self._start_reply()
 
     async def _start_reply(self) -> None:
         messages = self.transcript.engine_messages()
-        entry = Entry("assistant", "")
+        self._reply_at = len(self.transcript.entries)  # F2 mid-reply adds its change after the reply
+        entry = Entry("assistant", "", models=self._model_pair())
+        before = next((e.models for e in reversed(self.transcript.entries) if e.models is not None), None)
+        if before is not None and models_label(before) != models_label(entry.models):  # switched since (F8)
+            await self.chat.mount(SystemNote(f"models: {models_label(entry.models)}", markup=False))
         msg = AssistantMessage(entry)
         await self.chat.mount(msg)
         self.chat.anchor()
@@ -218,7 +225,7 @@ class GenerationMixin:
         self._flush_timer.pause()
         self._current = self._current_entry = None
         if fin.text or fin.reason not in ("error", "cancelled"):
-            self.transcript.entries.append(entry)
+            self.transcript.entries.insert(self._reply_at, entry)
             stats = reply_stats(entry.events)
             self.session_stats.merge(stats)
             self.panel.set_session(self.session_stats)
@@ -250,6 +257,13 @@ class GenerationMixin:
             return
         if self._switched is not None:  # models chosen in the picker loaded during this reply
             self._swap_models()
+
+    def _model_pair(self) -> dict[str, Any] | None:
+        """The loaded target and draft, as a reply records them."""
+        spec = self.speculator
+        if spec is None or spec.target_info is None:
+            return None
+        return model_pair(spec.target_info.summary(), spec.draft_info.summary() if spec.draft_info else None)
 
     def _drop_lost_speculator(self) -> None:
         """Unload a speculator that can no longer answer. An engine process is ended; an
@@ -302,14 +316,18 @@ class GenerationMixin:
             return True
         return False
 
-    async def _truncate(self, index: int) -> None:
-        """Drop entries ``index..`` and their widgets."""
-        dropped = self.transcript.entries[index:]
-        del self.transcript.entries[index:]
-        ids = {id(e) for e in dropped}
+    async def _resend_from(self, index: int, user: Entry) -> None:
+        """Send ``user`` in place of entries ``index..`` (an edit, or a regenerate sending the
+        same message again): they and their widgets go, and a system prompt set after them
+        stays, now before ``user``, which it applies to."""
+        dropped = self.transcript.cut(index)
+        self.transcript.entries.append(user)
         for w in list(self.chat.query(MessageWidget)):
-            if id(w.entry) in ids:
+            if w.entry is not user and any(w.entry is e for e in dropped):
                 await w.remove()
+        if not any(w.entry is user for w in self.chat.query(UserMessage)):
+            await self.chat.mount(UserMessage(user))
+        await self._place_system_notes()
 
     async def action_regenerate(self) -> None:
         if self._busy():
@@ -318,21 +336,21 @@ class GenerationMixin:
             self.notify("No models loaded: press F5 to load them.", severity="warning")
             return
         entries = self.transcript.entries
-        if not entries:
+        ask = self._last_user_index()  # the message the last reply answers
+        if ask is None:
             self.notify("Nothing to regenerate yet.")
             return
-        if entries[-1].role == "assistant":
-            await self._truncate(len(entries) - 1)
-        if not entries or entries[-1].role != "user":
-            self.notify("Nothing to regenerate yet.")
-            return
+        await self._resend_from(ask, entries[ask])
         await self._start_reply()
+
+    def _last_user_index(self) -> int | None:
+        entries = self.transcript.entries
+        return next((i for i in range(len(entries) - 1, -1, -1) if entries[i].role == "user"), None)
 
     def action_edit_last(self) -> None:
         if self._busy():
             return
-        idx = next((i for i in range(len(self.transcript.entries) - 1, -1, -1)
-                    if self.transcript.entries[i].role == "user"), None)  # fmt: skip
+        idx = self._last_user_index()
         if idx is None:
             self.notify("No message to edit yet.")
             return

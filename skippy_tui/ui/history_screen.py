@@ -13,14 +13,16 @@ from typing import ClassVar
 
 from rich.text import Text
 from textual import events, on
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Input, Static
 
 from ..engine.labels import model_label
 from ..history import ChatEntry, HistoryError, HistoryStore
+from .button_row import ButtonRow
 from .field_tabs import FIELD_TABS
 
 HINT = "enter open · f2 rename · del delete · type to filter · esc close"
@@ -48,7 +50,10 @@ class HistoryScreen(ModalScreen["Path | None"]):
         Binding("escape", "dismiss(None)", "Close"),
         # no letter keys: every printable key typed in the list goes to the filter
         Binding("f2,ctrl+r", "rename", "Rename"),
-        Binding("delete,ctrl+d", "delete", "Delete"),
+        # priority: typing moves the focus to the filter, whose own delete and ctrl+d would take
+        # them; Delete is still the field's while it has a character right of its cursor
+        Binding("delete", "delete(True)", "Delete", priority=True),
+        Binding("ctrl+d", "delete", "Delete", show=False, priority=True),
         Binding("slash", "focus_filter", "Filter", show=False),
         *FIELD_TABS,
     ]
@@ -192,7 +197,17 @@ class HistoryScreen(ModalScreen["Path | None"]):
 
         self.app.push_screen(RenameScreen(entry.title if entry.renamed else "", entry.title), done)
 
-    def action_delete(self) -> None:
+    def _filter_deletes(self) -> bool:
+        """Whether Delete belongs to the filter: it has the focus and a character right of
+        its cursor (or a selection) to delete."""
+        field = self.filter_input
+        return field.has_focus and (not field.selection.is_empty or field.cursor_position < len(field.value))
+
+    def action_delete(self, field_first: bool = False) -> None:
+        """Delete the highlighted chat (asked first); with ``field_first`` (the Delete key), the
+        filter's character right of its cursor instead, when there is one."""
+        if field_first and self._filter_deletes():
+            raise SkipAction()  # the field's own binding deletes the character
         entry = self.highlighted
         if entry is None:
             return
@@ -254,7 +269,7 @@ class ConfirmDeleteScreen(ModalScreen[bool]):
             v.border_title = "Delete chat?"
             v.border_subtitle = "enter/y delete · esc/n keep"
             yield Static(text, id="delete-message", markup=False)
-            with Horizontal(classes="buttons"):
+            with ButtonRow():
                 yield Button("Delete (y)", id="yes", variant="error")
                 yield Button("Keep (esc)", id="no")
 

@@ -202,6 +202,7 @@ class LoadingMixin:
             self.loading = False
             self.query_one("#loading").display = False
             self.refresh_bindings()
+            self._update_status()  # it said "loading models…" until the next update
             if state == WorkerState.ERROR and not self._load_cancel.is_set():
                 self._show_error("Could not load the models", worker.error)
 

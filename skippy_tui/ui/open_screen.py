@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Input, Label, OptionList
+from textual.widgets import Input, OptionList, Static
 
 from .field_tabs import FIELD_TABS
 
@@ -32,7 +32,9 @@ class OpenTranscriptScreen(ModalScreen["Path | None"]):
         with Vertical(id="dialog") as v:
             v.border_title = "Open transcript"
             v.border_subtitle = "enter open · esc cancel"
-            yield Label(f"Saved in {self.folder}:" if self.files else f"No transcripts in {self.folder} yet.")
+            # a Static wraps a long folder (a Label runs past the dialog's edge); a path may hold [brackets]
+            where = f"Saved in {self.folder}:" if self.files else f"No transcripts in {self.folder} yet."
+            yield Static(where, id="open-where", markup=False)
             if self.files:
                 with VerticalScroll(id="transcript-list"):
                     yield OptionList(*[p.name for p in self.files], id="files")

@@ -7,8 +7,8 @@ from typing import Any
 
 from ..engine.events import StepVerified
 from ..engine.stats import AcceptanceStats
-from ..transcript import count, reply_stats
-from .chat import AssistantMessage, SystemNote, UserMessage, Welcome
+from ..transcript import Entry, count, models_label, reply_stats
+from .chat import AssistantMessage, MessageWidget, SystemChange, SystemNote, UserMessage, Welcome
 from .clipboard import CodeBlockScreen, code_blocks
 from .inspector_screen import InspectorScreen
 
@@ -18,6 +18,13 @@ WELCOME = (
     "what the target accepted, and the token it added. Select a step (Tab to the panel, then Enter) to "
     "inspect it. F1 explains the keys and the panel; Ctrl+P lists every command."
 )
+
+
+def message_widget(entry: Entry) -> MessageWidget:
+    """The chat's widget for one transcript entry."""
+    if entry.role == "assistant":
+        return AssistantMessage(entry)
+    return SystemChange(entry) if entry.role == "system" else UserMessage(entry)
 
 
 class ReplyViewMixin:
@@ -36,9 +43,15 @@ class ReplyViewMixin:
         await chat.remove_children()
         widgets: list[Any] = []
         if self.transcript.system_prompt:
-            widgets.append(SystemNote(f"system: {self.transcript.system_prompt}", markup=False))
+            widgets.append(SystemNote(f"system: {self.transcript.system_prompt}", markup=False, id="system-note"))
+        pair = ""
         for e in self.transcript.entries:
-            widgets.append(AssistantMessage(e) if e.role == "assistant" else UserMessage(e))
+            if e.role == "assistant":
+                label = models_label(e.models)
+                if label and pair and label != pair:  # the models were switched before this reply
+                    widgets.append(SystemNote(f"models: {label}", markup=False))
+                pair = label or pair
+            widgets.append(message_widget(e))
         if not self.transcript.entries:
             widgets.append(Welcome(WELCOME, markup=False))
         if widgets:
@@ -53,6 +66,28 @@ class ReplyViewMixin:
         else:
             self.panel.show_reply("no reply yet", [], AcceptanceStats())
         chat.scroll_end(animate=False)
+
+    async def _place_system_notes(self) -> None:
+        """Bring the chat's system prompt notes in line with the transcript (after F2, an edit or
+        a regenerate): the one it started with on top, each change where it was made."""
+        chat, entries = self.chat, self.transcript.entries
+        top = self.transcript.system_prompt
+        for note in chat.query("#system-note"):
+            await note.remove()
+        if top:
+            children = chat.children
+            await chat.mount(
+                SystemNote(f"system: {top}", markup=False, id="system-note"), before=children[0] if children else None
+            )
+        for change in chat.query(SystemChange):
+            if not any(change.entry is e for e in entries):
+                await change.remove()
+        shown = {id(w.entry): w for w in chat.query(MessageWidget)}
+        for i, e in enumerate(entries):
+            if e.role == "system" and id(e) not in shown:
+                after = next((shown[id(x)] for x in entries[i + 1 :] if id(x) in shown), None)
+                shown[id(e)] = change = SystemChange(e)
+                await chat.mount(change, before=after)  # None: at the end
 
     def _show_in_panel(self, msg: AssistantMessage) -> None:
         replies = list(self.chat.query(AssistantMessage))

@@ -7,10 +7,11 @@ from typing import ClassVar
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, TextArea
 
+from .button_row import ButtonRow
 from .field_tabs import FIELD_TABS
 
 
@@ -31,7 +32,7 @@ class SystemPromptScreen(ModalScreen["str | None"]):
         with Vertical(id="dialog") as v:
             v.border_title = "System prompt"  # the subtitle fits the width (_fit)
             yield TextArea(self.text, id="system-text", soft_wrap=True, tab_behavior="focus")
-            with Horizontal(classes="buttons"):
+            with ButtonRow():
                 yield Button("Save", id="save", variant="primary")
                 yield Button("Cancel", id="cancel")
 
@@ -47,13 +48,9 @@ class SystemPromptScreen(ModalScreen["str | None"]):
     def _fit(self) -> None:
         """The text area's ten rows shrink (to three) on a short terminal, so that Save and
         Cancel stay in the dialog's 90 % of the screen below its border and padding (4 rows)
-        and the buttons (3); on a narrow one the buttons narrow."""
+        and the buttons (3); on a narrow one the buttons narrow (ButtonRow)."""
         room = int(self.size.height * 0.9) - 7
         self.query_one("#system-text", TextArea).styles.height = max(3, min(10, room))
-        # two 16-column buttons need 36 of a 40-column terminal's 34 inside the dialog
-        narrow = self.size.width < 50
-        for button in self.query(Button):
-            button.styles.min_width = 10 if narrow else None
         keys = "ctrl+s save · esc cancel"  # the subtitle is cut at the border: the keys first when narrow
         self.query_one("#dialog").border_subtitle = (
             keys if self.size.width < 70 else f"applies from the next reply · {keys}"

@@ -275,15 +275,18 @@ class Timeline(ScrollView, can_focus=True):
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
-        if new_value < old_value:  # scrolled up: stop following; back at the end: follow again
-            self._follow = False
-        elif new_value >= self.max_scroll_y - 1:
-            self._follow = True
+        # Follow while the view is at the end. Not "stop when it moved up": the view also moves up
+        # by itself, clamped to a shorter list (the next reply starts empty) or a taller view (the
+        # panel grew), and that stopped the following for a whole reply. Only a scroll by the user
+        # leaves the view above the end; a clamp leaves it at the end.
+        self._follow = round(new_value) >= self.max_scroll_y
 
     def _stick(self) -> None:
         """Scroll to the last row when following."""
         if self._follow and self.size.height:
-            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
+            # force: the first row past the view would wait for the next batch, as the scrollbar
+            # (without which a widget does not scroll) shows only at the next layout
+            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True, force=True)
 
     # -- the cursor ------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from ..engine.errors import BoundsError, SkippyError
 from ..engine.sampling import SAMPLERS, SamplingParams
 from ..engine.settings import GenerationSettings, SpeculationSettings
 from ..transcript import number
+from .button_row import ButtonRow
 from .field_tabs import FIELD_TABS
 
 # (key, help) of each tune field, in order; the help says what the field takes. The sampler is a
@@ -37,6 +38,10 @@ TUNE_FIELDS: tuple[tuple[str, str], ...] = (
     ("frequency_penalty", "-100..100, 0 = off"),
 )
 TUNE_HELP = dict(TUNE_FIELDS)
+SUBTITLE = "from the next step (seed: next reply) · enter apply · esc cancel"
+DIALOG_WIDTH = 100  # #dialog.tune in app.tcss
+LABEL_AND_FIELD = 35  # .field-label (19) + the field (14) + the help's padding (2)
+HELP_MIN = 30  # narrower than this beside the field, the help goes under it
 _INT_FIELDS = frozenset({"n_draft", "top_k", "repeat_last_n", "max_tokens"})
 # what a field's text must look like, for the message when it does not
 _KINDS = {"n_draft": '"auto" or a whole number', "seed": '"random" or a whole number'}
@@ -99,7 +104,7 @@ class TuneScreen(ModalScreen["dict | None"]):
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="tune") as v:
             v.border_title = "Speculation and sampling"
-            v.border_subtitle = "from the next step (seed: next reply) · enter apply · esc cancel"
+            v.border_subtitle = SUBTITLE
             for key, help_text in TUNE_FIELDS:
                 with Horizontal(classes="field"):
                     yield Label(key, classes="field-label")
@@ -110,12 +115,26 @@ class TuneScreen(ModalScreen["dict | None"]):
                         yield Input(self.values[key], id=key, compact=True)
                     yield Label(help_text, classes="field-help")
             yield Static("", id="tune-error", markup=False)  # messages quote config sections: [target]
-            with Horizontal(classes="buttons"):
+            with ButtonRow():
                 yield Button("Apply", id="apply", variant="primary")
                 yield Button("Cancel", id="cancel")
 
     def on_mount(self) -> None:
         self.query_one(f"#{self.first}").focus()
+        self._fit()
+
+    def on_resize(self) -> None:
+        self._fit()
+
+    def _fit(self) -> None:
+        """On a narrow terminal each field's help goes under it (it wrapped a word per line
+        beside it), and the subtitle keeps only the keys (it is cut at the border)."""
+        dialog = self.query_one("#dialog")
+        # the dialog's width (app.tcss: 100, at most 95 %) less its border and padding (6)
+        inside = min(DIALOG_WIDTH, int(self.size.width * 0.95)) - 6
+        dialog.set_class(inside - LABEL_AND_FIELD < HELP_MIN, "-narrow")
+        keys = "enter apply · esc cancel"
+        dialog.border_subtitle = keys if inside < len(SUBTITLE) + 4 else SUBTITLE
 
     def _values(self) -> dict[str, Any]:
         """The fields as settings.
@@ -153,7 +172,9 @@ class TuneScreen(ModalScreen["dict | None"]):
                     f"n_draft is at most {int(e.value) - 1} with the models loaded: {e}. "
                     f"Set n_batch under [{section}] in the config file and restart to draft longer."
                 )
-            self.query_one("#tune-error", Static).update(message)
+            error = self.query_one("#tune-error", Static)
+            error.update(message)
+            self.call_after_refresh(error.scroll_visible, animate=False)  # the dialog may scroll on a short terminal
             return
         self.dismiss(values)
 

@@ -8,7 +8,6 @@ from typing import Any
 
 from ..engine.sampling import SamplingParams
 from ..transcript import sampling_label
-from .chat import SystemNote
 from .system_prompt_screen import SystemPromptScreen
 from .tune_screen import TuneScreen
 
@@ -31,24 +30,23 @@ class TuningMixin:
     Relies on the app's ``config`` (the settings when no models are loaded), ``speculator``
     (``update()`` takes n_draft, p_min and enabled), ``sampling`` and ``generation`` (read
     when a step or a reply starts: LiveGeneration), ``transcript``, ``chat``,
-    ``_save_history`` (FilesMixin) and ``_update_status`` (StatusMixin).
+    ``_place_system_notes`` (ReplyViewMixin), ``_save_history`` (FilesMixin) and
+    ``_update_status`` (StatusMixin).
     """
 
     def action_system_prompt(self) -> None:
         async def done(text: str | None) -> None:
-            if text is None or text == self.transcript.system_prompt:
+            if text is None or text == self.transcript.current_system:
                 return
-            self.transcript.system_prompt = text
-            for note in self.chat.query(SystemNote):
-                await note.remove()
-            if text:
-                children = self.chat.children
-                note = SystemNote(f"system: {text}", markup=False)
-                await self.chat.mount(note, before=children[0] if children else None)
-            self.notify("System prompt set: it applies from the next reply.", timeout=3)
+            sent = any(e.role != "system" for e in self.transcript.entries)
+            self.transcript.set_system(text)  # after a message: a change where it is made
+            await self._place_system_notes()
+            self.chat.scroll_end(animate=False)
+            kept = " The turns before keep the one they were sent with." if sent else ""
+            self.notify(f"System prompt set: it applies from the next reply.{kept}", timeout=4)
             self._save_history()
 
-        self.push_screen(SystemPromptScreen(self.transcript.system_prompt), done)
+        self.push_screen(SystemPromptScreen(self.transcript.current_system), done)
 
     def action_toggle_speculation(self) -> None:
         spec = self.speculator

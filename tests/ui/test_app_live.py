@@ -29,6 +29,7 @@ from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.chat import AssistantMessage, UserMessage, Welcome
 from skippy_tui.ui.confirm import ConfirmDiscardScreen
 from skippy_tui.ui.inspector_screen import InspectorScreen
+from skippy_tui.ui.system_prompt_screen import SystemPromptScreen
 from skippy_tui.ui.tune_screen import TuneScreen
 
 
@@ -139,6 +140,39 @@ def test_send_streams_text_and_step_rows(speculator) -> None:
             await wait_for_screen(pilot, app, InspectorScreen, 5)
             await pilot.press("escape")
             await wait_until(pilot, lambda: not isinstance(app.screen, InspectorScreen), 5, "the inspector to close")
+
+    run(body())
+
+
+def test_the_step_list_follows_the_next_reply_after_a_long_one(speculator) -> None:
+    """Issue 57.11: after a reply longer than the step list's view, the next reply's steps stayed
+    on its first rows (the view, clamped to the empty list, moved up, and that was taken for the
+    user scrolling up). Mid-reply, after each step, the newest step is in view."""
+    speculator.update(n_draft=1, source="model")  # at most two tokens a step: more steps than the view has rows
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=24), speculator=speculator)
+        async with app.run_test(size=(100, 30)) as pilot:  # the panel under the chat: a few rows
+            timeline = app.panel.timeline
+            await _reply(app, pilot, "Tell me about the sea.")
+            await wait_until(pilot, lambda: timeline.max_scroll_y > 0, 10, "a list longer than its view")
+            assert timeline.scroll_y == timeline.max_scroll_y
+            app.speculator = paced = Paced(speculator)
+            await _send(app, pilot, "And about the mountains.")
+            seen: list[tuple[int, float, int]] = []  # rows, scroll_y, max_scroll_y after each step
+            try:
+                while app.generating and len(seen) < 16:
+                    n = timeline.row_count
+                    await wait_until(pilot, lambda n=n: timeline.row_count > n or not app.generating, 180, "a step")
+                    await pilot.pause()
+                    seen.append((timeline.row_count, timeline.scroll_y, timeline.max_scroll_y))
+                    paced.go.release()
+            finally:
+                paced.free()
+            await wait_until(pilot, lambda: not app.generating, 180, "the reply")
+            overflowing = [s for s in seen if s[2] > 0]
+            assert overflowing, f"the reply never outgrew the view: {seen}"
+            assert all(scroll == end for _, scroll, end in overflowing), seen
 
     run(body())
 
@@ -287,6 +321,59 @@ def test_a_sampling_change_mid_reply_is_recorded_at_its_step(speculator) -> None
             app.generation = dataclasses.replace(app.generation, max_tokens=4)
             fin = await _reply(app, pilot, "Thanks!")
             assert fin.seed == 77 and app.transcript.entries[-1].started.sampling["temperature"] == 0.5
+
+    run(body())
+
+
+async def _set_system(app: SkippyApp, pilot, text: str) -> None:
+    await pilot.press("f2")
+    screen = await wait_for_screen(pilot, app, SystemPromptScreen, 5)
+    screen.query_one("#system-text").load_text(text)
+    await pilot.press("ctrl+s")
+    await wait_until(pilot, lambda: not isinstance(app.screen, SystemPromptScreen), 5, "the dialog to close")
+
+
+def test_a_system_prompt_set_after_a_reply_applies_when_that_turn_is_sent_again(speculator) -> None:
+    """Issue 57.1: F2 after a reply, then Ctrl+R or Ctrl+L: the turn sent again goes with the new
+    system prompt (the first one: the chat now starts with it); F2 while a reply streams puts the
+    change after that reply. The chat shows each change where it applies."""
+
+    def said(app: SkippyApp) -> list[tuple[str, str]]:
+        return [(e.role, e.content if e.role != "assistant" else "…") for e in app.transcript.entries]
+
+    def widgets(app: SkippyApp) -> list[str]:
+        return [type(w).__name__ for w in app.chat.children]
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=4), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            await _reply(app, pilot, "Say A.")
+            await _set_system(app, pilot, "SYS-X")
+            await _regenerate(app, pilot)  # turn 1 again: sent with SYS-X, which the chat now starts with
+            assert said(app) == [("user", "Say A."), ("assistant", "…")] and app.transcript.system_prompt == "SYS-X"
+            assert widgets(app) == ["SystemNote", "UserMessage", "AssistantMessage"]
+            await _reply(app, pilot, "Say B.")
+            await _set_system(app, pilot, "SYS-Y")
+            await pilot.press("ctrl+l")
+            app.prompt.load_text("Say C.")
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: not app.generating and app._current is None, 240, "the edited turn")
+            assert said(app)[2:] == [("system", "SYS-Y"), ("user", "Say C."), ("assistant", "…")]
+            assert widgets(app)[3:] == ["SystemChange", "UserMessage", "AssistantMessage"]
+            assert app.transcript.entries[-1].started.n_prompt == len(
+                prompt_tokens(speculator.target, speculator.template, app.transcript.engine_messages()[:-1])
+            )
+            app.speculator = paced = Paced(speculator)  # held after its first step while F2 is used
+            try:
+                await _send(app, pilot, "Tell me a story.")
+                await wait_until(pilot, lambda: bool(app._pending or app._current_entry.steps), 180, "a step")
+                await _set_system(app, pilot, "SYS-Z")
+                assert app.generating
+            finally:
+                paced.free()
+            await wait_until(pilot, lambda: not app.generating, 240, "the reply")
+            assert said(app)[-3:] == [("user", "Tell me a story."), ("assistant", "…"), ("system", "SYS-Z")]
+            assert widgets(app)[-1] == "SystemChange"
 
     run(body())
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from textual.color import Color
 from textual.command import CommandList, CommandPalette
-from textual.widgets import DataTable, Input
+from textual.widgets import DataTable, Input, Static
 from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.cli import build_parser, main
@@ -17,7 +17,7 @@ from skippy_tui.engine.events import StepVerified, SyncInfo
 from skippy_tui.engine.sampling import SamplingParams
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
-from skippy_tui.ui.chat import AssistantMessage, MessageWidget, SystemNote, UserMessage, Welcome
+from skippy_tui.ui.chat import AssistantMessage, MessageWidget, SystemChange, SystemNote, UserMessage, Welcome
 from skippy_tui.ui.error_screen import ErrorScreen
 from skippy_tui.ui.inspector_screen import InspectorScreen
 from skippy_tui.ui.open_screen import OpenTranscriptScreen
@@ -262,6 +262,22 @@ def test_missing_model_opens_an_error_dialog_not_a_traceback(tmp_path: Path) -> 
             assert app.speculator is None and not app.loading
             assert app.check_action("load_models", ()) is True
             await pilot.press("ctrl+q")
+
+    run(body())
+
+
+def test_continue_without_models_after_a_load_error_clears_the_status_bar(tmp_path: Path) -> None:
+    """Issue 57.10: the status bar stayed at "loading models…" after the dialog's Continue."""
+    missing = tmp_path / "nope.gguf"
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(target={"path": str(missing)}))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for_screen(pilot, app, ErrorScreen, 30)
+            await pilot.click("#continue")
+            await wait_until(pilot, lambda: not isinstance(app.screen, ErrorScreen), 5, "dismiss")
+            status = str(app.query_one("#status").render())
+            assert "loading models" not in status and "no models loaded (f5 loads them)" in status
 
     run(body())
 
@@ -526,10 +542,12 @@ def test_system_prompt_dialog_ctrl_s_saves_the_prompt_not_the_transcript() -> No
             await wait_for_screen(pilot, app, SystemPromptScreen, 5)
             await pilot.press(*"Be brief.", "ctrl+s")
             await wait_until(pilot, lambda: not isinstance(app.screen, SystemPromptScreen), 5, "the dialog to close")
-            assert app.transcript.system_prompt == "Be brief."
+            assert app.transcript.current_system == "Be brief."
             assert app.transcript_path == CHAT_JSON  # ctrl+s did not save a transcript
-            assert app.transcript.engine_messages()[0] == {"role": "system", "content": "Be brief."}
-            assert "Be brief." in str(app.query_one(SystemNote).render())
+            # set after the recorded turns: it applies from the next one, the recorded keep theirs
+            assert app.transcript.engine_messages()[-1] == {"role": "system", "content": "Be brief."}
+            assert app.transcript.system_prompt == "" and not app.query(SystemNote)
+            assert "Be brief." in str(app.query_one(SystemChange).query_one(Static).render())
 
     run(body())
 
@@ -771,7 +789,8 @@ def test_new_chat_and_open_ask_first_only_when_the_chat_is_unsaved(tmp_path: Pat
                 await wait_for_screen(pilot, app, ConfirmDiscardScreen, 5)
                 await pilot.press(key)
                 await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmDiscardScreen), 5, "cancel")
-                assert len(app.transcript.entries) == 4 and len(app.query(MessageWidget)) == 4, key
+                # four messages and the system prompt change after them
+                assert len(app.transcript.entries) == 5 and len(app.query(MessageWidget)) == 5, key
             # opening another transcript asks too
             await _open_typed(app, pilot, SAMPLED_JSON)
             await wait_for_screen(pilot, app, ConfirmDiscardScreen, 5)

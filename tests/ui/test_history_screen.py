@@ -17,11 +17,13 @@ from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, run, ui_config, wait_for_s
 from skippy_tui.cli import build_parser
 from skippy_tui.cli_common import config_from_args
 from skippy_tui.config import data_dir
+from skippy_tui.engine.chat import prompt_tokens
 from skippy_tui.history import HistoryStore
-from skippy_tui.transcript import Entry, Transcript
+from skippy_tui.transcript import Entry, Transcript, model_pair
 from skippy_tui.ui.app import SkippyApp
-from skippy_tui.ui.chat import AssistantMessage, UserMessage
+from skippy_tui.ui.chat import AssistantMessage, MessageWidget, UserMessage
 from skippy_tui.ui.history_screen import ConfirmDeleteScreen, HistoryScreen, RenameScreen
+from skippy_tui.ui.system_prompt_screen import SystemPromptScreen
 
 
 def _store() -> HistoryStore:
@@ -100,6 +102,133 @@ def test_a_reply_is_saved_in_the_history_and_opening_it_continues_it(speculator)
             [again] = _store().list()
             assert again.path == entry.path and again.turns == 2
             assert len(list(_store().folder.glob("chat-*.json"))) == 1
+
+    run(body())
+
+
+def _said(path: Path) -> list[str]:
+    return [e.content for e in Transcript.load(path).entries if e.role == "user"]
+
+
+async def _save_file(app: SkippyApp, pilot) -> str:
+    """Ctrl+S; the notice it gave."""
+    before = {n.identity for n in app._notifications}
+
+    def new() -> list:
+        return [n for n in app._notifications if n.identity not in before]
+
+    await pilot.press("ctrl+s")
+    await wait_until(pilot, lambda: bool(new()), 5, "the save's notice")
+    return new()[-1].message
+
+
+def test_ctrl_s_after_continuing_a_transcript_saves_the_new_turns_into_it(speculator) -> None:
+    """Issue 57.2: a transcript saved with Ctrl+S, opened again and continued: Ctrl+S said "up to
+    date" and left the file as it was (the history save after the reply counted as saving it),
+    and the new turns went into a second history entry of the same chat. Now they go on in the
+    chat's history file, and Ctrl+S writes them into the transcript."""
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=4), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            await _reply(app, pilot, "Say A.")
+            assert "Saved" in await _save_file(app, pilot)
+            saved, [kept] = app.transcript_path, _store().list()
+
+        app = SkippyApp(ui_config(max_tokens=4), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            await app.open_transcript(saved)
+            assert app.history_path == kept.path  # the history holds this chat: it goes on there
+            await _reply(app, pilot, "Say B.")
+            assert [e.path for e in _store().list()] == [kept.path] and _said(kept.path) == ["Say A.", "Say B."]
+            assert _said(saved) == ["Say A."]  # the file changes on Ctrl+S only
+            assert "Saved" in await _save_file(app, pilot)
+            assert _said(saved) == ["Say A.", "Say B."] and app.transcript_path == saved
+            assert "is up to date" in await _save_file(app, pilot)
+
+            # F9, the same chat, continued there: Ctrl+S saves a transcript of it, then keeps it up to date
+            await pilot.press("ctrl+n")
+            await wait_until(pilot, lambda: not app.transcript.entries, 10, "the new chat")
+            await _open_history(app, pilot)
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: app.history_path == kept.path, 10, "the chat to open")
+            assert "Saved" in await _save_file(app, pilot)
+            copy = app.transcript_path
+            await _reply(app, pilot, "Say C.")
+            assert "Saved" in await _save_file(app, pilot)
+            assert _said(copy) == _said(kept.path) == ["Say A.", "Say B.", "Say C."]
+            assert [e.path for e in _store().list()] == [kept.path]
+
+    run(body())
+
+
+def test_continuing_a_transcript_the_history_does_not_hold_says_it_is_kept_as_a_new_chat(
+    speculator, tmp_path: Path
+) -> None:
+    """A transcript from elsewhere (or one whose chat went on in the history since): continued, the
+    history keeps it as a new chat and says so; Ctrl+S saves the new turns into the file."""
+    path = tmp_path / "elsewhere.json"
+    path.write_bytes(CHAT_JSON.read_bytes())
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=4), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            await app.open_transcript(path)
+            assert app.history_path is None
+            await _reply(app, pilot, "Thanks.")
+            [entry] = _store().list()
+            note = next((n for n in app._notifications if n.title == "Continued from a transcript"), None)
+            assert note is not None, [(n.title, n.message) for n in app._notifications]
+            assert entry.path.name in note.message and "elsewhere.json" in note.message
+            assert "Saved" in await _save_file(app, pilot)
+            assert _said(path) == _said(entry.path) and _said(path)[-1] == "Thanks."
+
+    run(body())
+
+
+def test_a_system_prompt_set_mid_chat_applies_from_there_and_the_turns_before_keep_theirs(speculator) -> None:
+    """Issue 57.1: new chat, "Say A." answered, then F2 "SYS-X pretend": the JSON, the Markdown and
+    the chat opened from F9 showed SYS-X above the turn answered before it existed, and the next
+    reply prefilled the whole chat again under it. Now the change is where it was made, the next
+    turn is sent after the turns before as they were (the KV cache only extends), and each reply
+    records its models and sampling settings."""
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(max_tokens=4), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            await _reply(app, pilot, "Say A.")
+            await pilot.press("f2")
+            await wait_for_screen(pilot, app, SystemPromptScreen, 5)
+            await pilot.press(*"SYS-X pretend", "ctrl+s")
+            await wait_until(pilot, lambda: not isinstance(app.screen, SystemPromptScreen), 5, "the dialog")
+            [entry] = _store().list()
+            saved = Transcript.load(entry.path)
+            assert saved.system_prompt == "" and [e.role for e in saved.entries] == ["user", "assistant", "system"]
+            assert saved.entries[2].content == "SYS-X pretend"
+            md = entry.path.with_suffix(".md").read_text("utf-8")
+            assert md.index("Say A.") < md.index("## System (changed)\n\nSYS-X pretend") and md.count("SYS-X") == 1
+
+            sent_before = app.transcript.engine_messages()
+            await _reply(app, pilot, "Say B.")
+            started = app.transcript.entries[-1].started
+            # the KV cache kept the first turn's prompt as it was sent (and its reply): it only extends
+            turn_1 = prompt_tokens(speculator.target, speculator.template, sent_before[:1])
+            assert started.target_sync.kind == "extend" and started.target_sync.start > len(turn_1)
+            asked = [*sent_before, {"role": "user", "content": "Say B."}]
+            assert started.n_prompt == len(prompt_tokens(speculator.target, speculator.template, asked))
+            pair = model_pair(speculator.target_info.summary(), speculator.draft_info.summary())
+            replies = app.transcript.replies()
+            assert [r.models for r in replies] == [pair, pair] and all(r.started.sampling for r in replies)
+
+            await pilot.press("ctrl+n")  # the chat as F9 opens it again
+            await wait_until(pilot, lambda: not app.transcript.entries, 10, "the new chat")
+            await _open_history(app, pilot)
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: len(app.transcript.entries) == 5, 10, "the chat to open")
+            shown = [type(w).__name__ for w in app.chat.query(MessageWidget)]
+            assert shown == ["UserMessage", "AssistantMessage", "SystemChange", "UserMessage", "AssistantMessage"]
+            assert not app.query("#system-note")  # nothing above the first turn
+            assert app.transcript.current_system == "SYS-X pretend"
 
     run(body())
 
@@ -253,6 +382,37 @@ def test_delete_asks_first_and_removes_both_files() -> None:
             assert "Tell me about Paris" not in _titles(screen)
         assert not paths["paris"].exists() and not paths["paris"].with_suffix(".md").exists()
         assert paths["haiku"].exists()
+
+    run(body())
+
+
+def test_delete_works_while_the_filter_has_text() -> None:
+    """Issue 57.9: with text in the filter (typing moves the focus there), Delete and Ctrl+D
+    went to the field and did nothing. They delete the highlighted chat; only with text right
+    of the field's cursor does Delete delete a character there, as in any field."""
+    paths = _seed()
+
+    async def body() -> None:
+        app = _idle_app()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await _open_history(app, pilot)
+            await pilot.press(*"xparis")
+            await wait_until(pilot, lambda: screen.filter_input.value == "xparis", 5, "the filter")
+            await pilot.press("home", "delete")  # a character right of the cursor: the field's
+            await wait_until(pilot, lambda: screen.filter_input.value == "paris", 5, "the x to go")
+            await wait_until(pilot, lambda: len(screen.shown) == 1, 5, "the filter")
+            assert app.screen is screen
+            await pilot.press("ctrl+d")  # the chat, wherever the field's cursor is
+            await wait_for_screen(pilot, app, ConfirmDeleteScreen, 5)
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: app.screen is screen, 5, "cancel")
+            assert screen.filter_input.value == "paris" and paths["paris"].exists()
+            await pilot.press("end", "delete")  # nothing right of the cursor: the chat
+            await wait_for_screen(pilot, app, ConfirmDeleteScreen, 5)
+            await pilot.press("y")
+            await wait_until(pilot, lambda: not paths["paris"].exists(), 5, "the chat to go")
+            await wait_until(pilot, lambda: not screen.shown, 5, "the row to go")
+            assert screen.filter_input.value == "paris" and len(screen.entries) == 2
 
     run(body())
 

@@ -15,6 +15,7 @@ from textual.widgets._toast import Toast
 from ui_helpers import CHAT_JSON, run, ui_config, wait_until
 
 from skippy_tui.engine.events import ReplyFinished, StepVerified, SyncInfo
+from skippy_tui.engine.stats import AcceptanceStats
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.chat import AssistantMessage
@@ -261,6 +262,36 @@ def test_the_timeline_follows_its_last_row_until_scrolled_up() -> None:
             await wait_until(
                 pilot, lambda: timeline.scroll_y == timeline.max_scroll_y and timeline.row_count == 32, 5, "following"
             )
+
+    run(body())
+
+
+def test_the_timeline_follows_on_after_its_view_grew_or_its_list_got_shorter() -> None:
+    """Issue 57.11: the view moving up by itself (clamped to a taller view, or to a shorter list)
+    was taken for the user scrolling up, and the list stopped following: after a taller then a
+    shorter panel it stayed rows above the end; after a long reply, the next stayed at the top."""
+
+    async def body() -> None:
+        app = layout_app()
+        async with app.run_test(size=(100, 30)) as pilot:
+            timeline = app.panel.timeline
+            steps = list(timeline.steps) * 4
+
+            def at_end() -> bool:
+                return timeline.max_scroll_y > 0 and timeline.scroll_y == timeline.max_scroll_y
+
+            app.panel.show_reply("a long reply", steps, AcceptanceStats())
+            await wait_until(pilot, at_end, 5, "the end")
+            await pilot.resize_terminal(100, 40)  # the panel, under the chat, grows
+            await pilot.pause()
+            await pilot.resize_terminal(100, 30)
+            await wait_until(pilot, at_end, 5, "the end after a taller view and back")
+            app.panel.show_reply("the next reply", [], AcceptanceStats())
+            await pilot.pause()
+            for i in range(0, len(steps), 4):  # streamed in batches, as a reply's steps come
+                app.panel.add_steps(steps[i : i + 4], AcceptanceStats())
+                await pilot.pause()
+            await wait_until(pilot, at_end, 5, "the next reply's last step")
 
     run(body())
 
