@@ -68,9 +68,8 @@ def live_changes(before: EngineSpec | None, after: EngineSpec) -> dict[str, obje
     load will do (another file, a load key, ``exact`` or ``profile``; ``before`` None: unknown)."""
     if before is None:
         return None
-    same_models = (before.target, before.draft, before.use_draft, before.heads) == (
-        after.target, after.draft, after.use_draft, after.heads
-    )
+    models = ("target", "draft", "use_draft", "heads")
+    same_models = all(getattr(before, k) == getattr(after, k) for k in models)
     changed = {
         f.name: getattr(after.speculation, f.name)
         for f in dataclasses.fields(after.speculation)
