@@ -228,6 +228,27 @@ def test_ngram_and_auto_sources_reproduce_plain_decoding(
         s.close()
 
 
+@pytest.mark.parametrize("name", ["qwen35", "mamba"])
+def test_a_follow_up_turn_goes_back_to_where_the_last_reply_started(
+    tiny_models, other_seed, cache_dir: Path, name: str
+) -> None:
+    """The chat re-renders the reply's text, whose tokens may differ from those generated: a
+    recurrent target restores the state saved where that reply started, not an empty cache."""
+    s = load_tiny(tiny_models(name), other_seed(name), cache_dir)
+    gen = GenerationSettings(SamplingParams(temperature=0.0), max_tokens=40)
+    try:
+        first = Run(s.run(PROMPT, gen))
+        follow = [*PROMPT, {"role": "assistant", "content": first.finish.text}, {"role": "user", "content": "More."}]
+        second = Run(s.run(follow, gen))
+        sync = second.started.target_sync
+        assert sync.kind in ("extend", "truncate"), sync
+        assert sync.start >= first.started.n_prompt - 1  # the first prompt is not decoded again
+        s.forget()
+        assert Run(s.run(follow, gen)).finish.token_ids == second.finish.token_ids
+    finally:
+        s.close()
+
+
 # -- bounds, quitting, a full window ----------------------------------------------------------
 
 

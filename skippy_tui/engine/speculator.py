@@ -406,6 +406,7 @@ class Speculator:
                 draft_sync = d.prefill(context, epoch) if isinstance(d, AutoDrafter) else d.sync(context, epoch)
                 draft_prefill_ms = (time.perf_counter() - t1) * 1000  # none filled: exactly 0, not a clock tick
             prefill_ms = (t1 - t0) * 1000
+            self._mark_turn()
         except ContextFullError as e:
             yield failed(str(e), self.n_past, reason="context_full")
             return
@@ -433,6 +434,14 @@ class Speculator:
             sampling=sampling_dict(params, seed),
         )
         yield from self._loop(context, gen, ReplySampler(params, seed), cancelled, prefill_ms)
+
+    def _mark_turn(self) -> None:
+        """Save the recurrent states where the reply starts: the next turn re-renders this
+        reply's text, whose tokens may differ from the ones generated, and a state that
+        cannot drop a tail then goes back here rather than to an empty cache."""
+        for cache in (self.target_cache, *self.draft_caches):
+            if cache.ctx.rollback != "kv":
+                cache.mark("turn")
 
     def _loop(
         self,
