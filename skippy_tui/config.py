@@ -110,6 +110,13 @@ SCHEMA: dict[str, dict[str, Any]] = {
 }
 
 
+_DRAFTING_SOURCES = {
+    "model": "a draft model",
+    "ngram+model": "a draft model",
+    "mtp": "the target's MTP heads or an MTP drafter file as the draft",
+}
+"""[speculation] source values that draft with something loaded beside the target, and what."""
+
 _INT_OR_WORD = {("speculation", "n_draft"): "auto", ("sampling", "seed"): "random"}
 """Keys that take an integer or one word."""
 
@@ -228,8 +235,10 @@ class Config:
                 draft = ModelSpec(Path(d["path"]).expanduser(), draft_load_params(t_load, overrides))
             elif target.path is None:
                 draft = ModelSpec(None, draft_load_params(t_load, overrides))
-            use_draft = bool(d["enabled"]) and (draft is not None)
-            if not use_draft and self.origins.get("speculation.source") and sp["source"] in ("model", "ngram+model"):
+            # source = "mtp" with no draft file drafts with the target's own MTP heads, which
+            # load only where a draft is asked for (use_draft)
+            use_draft = bool(d["enabled"]) and (draft is not None or sp["source"] == "mtp")
+            if not use_draft and self.origins.get("speculation.source") and sp["source"] in _DRAFTING_SOURCES:
                 # asked for by flag, a model source without a model would quietly decode plainly
                 why = (
                     f"{self.origins['draft.enabled']} turns it off" if "draft.enabled" in self.origins
@@ -237,7 +246,8 @@ class Config:
                     else "the configured target has none: pass --draft or set [draft] path"
                 )  # fmt: skip
                 flag = self.origins["speculation.source"]
-                raise ConfigError(f"{flag} {sp['source']} needs a draft model ({why}); ngram drafts without one", flag)
+                need = _DRAFTING_SOURCES[sp["source"]]
+                raise ConfigError(f"{flag} {sp['source']} needs {need} ({why}); ngram drafts without one", flag)
             # without a draft model only an n-gram source asked for by name still drafts:
             # --no-draft alone means plain decoding
             ngram_asked = "speculation.source" in self.present and sp["source"] != "model"
