@@ -75,9 +75,9 @@ STATUS: tuple[tuple[str, str], ...] = (
     ("exact ≤N rows", "verify batches are split so a reply equals plain decoding token for token"),
     ("profile fast", "one verify batch, flash attention: faster, a reply may differ from plain decoding"),
     ("ctx a/b", "tokens in the target's KV cache / its context window"),
-    ("spec on … k=… p_min=…", "speculation on (F4), the draft source unless the draft model named beside it "
-                              "drafts (ngram, mtp, auto…; F3), the proposal length k (auto: chosen per step) and "
-                              "p_min"),
+    ("spec on … k=… p_min=…", "speculation on (F4), the draft source unless it is the draft model named beside "
+                              "it (model, or auto choosing it per step): ngram, mtp, auto (mtp)…, set with F3; the "
+                              "proposal length k (auto: chosen per step) and p_min"),
     ("rollback: …", "how a hybrid or recurrent target drops rejected tokens: snapshot (llama.cpp goes back itself) "
                     "or restore (a state saved before each verify, the accepted tokens decoded again)"),
     ("greedy · coupled T=…", "the sampler and temperature; a fixed seed and +penalties when set (F3)"),

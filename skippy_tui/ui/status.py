@@ -125,9 +125,10 @@ def status_parts(st: StatusState) -> list[Part]:
         s = spec.speculation
         on_ = s.enabled and spec.drafter is not None
         if on_:
-            # the draft model drafting is the common case, and the draft field names it already
+            # the draft model drafting (alone, or as auto's choice beside n-gram lookup) is the
+            # common case, and the draft field names it already
             source = source_in_force(spec)
-            state = "spec on" + (f" {source}" if source != "model" else "")
+            state = "spec on" + (f" {source}" if source not in ("model", "auto") else "")
             parts.append(Part((f"{state} k={s.n_draft} p_min={s.p_min:g}", f"{state} k={s.n_draft}"), (9,)))
             if (rollback := rollback_field(spec)) is not None:
                 parts.append(rollback)
