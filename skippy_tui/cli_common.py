@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .config import Config, load_config
+from .engine.settings import DRAFT_SOURCES
 
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 """Exit statuses: a failed generation or model problem, bad usage or config, Ctrl+C."""
@@ -80,8 +81,9 @@ def add_model_flags(p: argparse.ArgumentParser, sub: bool = False) -> None:
     s.add_argument("--n-draft", type=_n_draft, metavar="K", help='tokens per proposal (k), or "auto"')
     s.add_argument(
         "--draft-source",
-        choices=("auto", "model", "ngram", "ngram+model"),
-        help="what proposes: auto (per step, with --n-draft auto), the draft model, n-gram lookup",
+        choices=DRAFT_SOURCES,
+        help="what proposes: auto (per step, with --n-draft auto), the draft model, n-gram lookup, "
+        "mtp (the target's multi-token-prediction heads, or an MTP drafter file given as --draft)",
     )
     s.add_argument(
         "--profile",

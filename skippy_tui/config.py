@@ -110,6 +110,13 @@ SCHEMA: dict[str, dict[str, Any]] = {
 }
 
 
+_DRAFTING_SOURCES = {
+    "model": "a draft model",
+    "ngram+model": "a draft model",
+    "mtp": "the target's MTP heads or an MTP drafter file as the draft",
+}
+"""[speculation] source values that draft with something loaded beside the target, and what."""
+
 _INT_OR_WORD = {("speculation", "n_draft"): "auto", ("sampling", "seed"): "random"}
 """Keys that take an integer or one word."""
 
@@ -229,13 +236,16 @@ class Config:
             elif target.path is None:
                 draft = ModelSpec(None, draft_load_params(t_load, overrides))
             use_draft = bool(d["enabled"]) and (draft is not None)
-            # a target with MTP heads drafts with them where no draft model is loaded
-            heads = bool(d["enabled"]) and not use_draft and target.path is not None and _has_heads(target.path)
+            # a target with MTP heads drafts with them where no draft model is loaded (None: a file
+            # that cannot be read yet may have them; the loader says what is wrong with it)
+            has = _has_heads(target.path) if d["enabled"] and not use_draft and target.path is not None else False
+            heads = has is not False
+            lacking = has is False if sp["source"] == "mtp" else has is not True
             if (
                 not use_draft
-                and not heads
+                and lacking
                 and self.origins.get("speculation.source")
-                and sp["source"] in ("model", "ngram+model", "mtp")
+                and sp["source"] in _DRAFTING_SOURCES
             ):
                 # asked for by flag, a model source without a model would quietly decode plainly
                 why = (
@@ -244,10 +254,10 @@ class Config:
                     else "the configured target has none: pass --draft or set [draft] path"
                 )  # fmt: skip
                 flag = self.origins["speculation.source"]
-                if sp["source"] == "mtp":
-                    why = "the target has no MTP heads llama.cpp can run" if d["enabled"] else why
-                    raise ConfigError(f"{flag} mtp needs a target with MTP heads ({why}); ngram drafts without", flag)
-                raise ConfigError(f"{flag} {sp['source']} needs a draft model ({why}); ngram drafts without one", flag)
+                if sp["source"] == "mtp" and d["enabled"]:
+                    why = "its file has none llama.cpp can run; an MTP drafter file goes in --draft"
+                need = _DRAFTING_SOURCES[sp["source"]]
+                raise ConfigError(f"{flag} {sp['source']} needs {need} ({why}); ngram drafts without one", flag)
             # without a draft model only an n-gram source asked for by name still drafts:
             # --no-draft alone means plain decoding
             ngram_asked = "speculation.source" in self.present and sp["source"] != "model"
@@ -304,16 +314,16 @@ class _Locate:
             raise ConfigError(f"{where}{e}", origin) from e
 
 
-def _has_heads(path: Path) -> bool:
-    """Whether the target's GGUF has MTP heads llama.cpp can draft with (its cached header;
-    a missing or unreadable file is the loader's to report)."""
+def _has_heads(path: Path) -> bool | None:
+    """Whether the target's GGUF has MTP heads llama.cpp can draft with (its cached header);
+    None for a file that cannot be read (the loader reports what is wrong with it)."""
     from .engine.errors import ModelFileError
     from .engine.gguf_info import cached_model_info
 
     try:
         return cached_model_info(path, cache_dir() / "gguf-info").mtp_heads > 0
     except (ModelFileError, OSError):
-        return False
+        return None
 
 
 def _load_value(key: str, value: Any) -> Any:

@@ -1,13 +1,16 @@
 """The draft finder: which models of the library can draft for a target, and how well.
 
 :func:`skippy_tui.library.draft_candidates` sorts the library into compatible
-drafts and the others (with the vocabulary check's reason). On request,
+drafts and the others (with the vocabulary check's reason); a target whose file
+has MTP heads lists them first ("integrated MTP"), and an MTP drafter file
+counts as a draft for targets of its architecture. On request,
 :func:`measure_draft` runs each compatible pair on a few fixed prompts, one
-pair loaded at a time: every prompt greedy, plainly and with k = 4 model
-drafting, side by side in the same process, so the two are measured under the
-same machine state. From the speculative runs come the acceptance rate, the
-mean accepted length and the acceptance by position; from both the target's
-verify cost by batch size and the draft's cost per token. The engine's cost
+pair loaded at a time: every prompt greedy, plainly and with k = 4 drafting
+(the draft model, or the MTP heads: ``source = "mtp"``), side by side in the
+same process, so the two are measured under the same machine state. From the
+speculative runs come the acceptance rate, the mean accepted length and the
+acceptance by position; from both the target's verify cost by batch size and
+the draft's cost per token. The engine's cost
 model (:func:`~skippy_tui.engine.cost_model.expected_rates`) turns those into an
 estimated speedup at k = 4, which ranks the drafts; the measured speedup
 (speculative over plain tokens/s, this run) stands beside it.
@@ -94,15 +97,18 @@ class DraftResult:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        e = self.candidate.entry
+        c = self.candidate
+        e = c.entry
         d: dict[str, Any] = {
-            "name": e.name,
+            "name": c.name,
+            "source": "mtp" if c.mtp else "model",
+            "integrated": c.integrated,
             "path": str(e.path),
             "quantization": e.quantization,
             "n_params": e.n_params,
             "size_bytes": e.size_bytes,
-            "compatible": self.candidate.compatible,
-            "why_not": self.candidate.why_not,
+            "compatible": c.compatible,
+            "why_not": c.why_not,
         }
         if self.measurement is not None:
             d["measurement"] = dataclasses.asdict(self.measurement)
@@ -219,9 +225,11 @@ def measure_draft(
     prompts: Sequence[str] = PROMPTS,
     max_tokens: int = MAX_TOKENS,
     k: int = K,
+    source: str = "model",
 ) -> DraftMeasurement:
     """Load ``spec``'s target and draft, run every prompt plain and at fixed ``k``
-    (greedy), close both models, return the figures.
+    (greedy), close both models, return the figures. ``source``: ``model`` (the draft
+    model) or ``mtp`` (MTP heads: the target's own, or ``spec``'s MTP drafter file).
 
     Plain and speculative runs alternate per prompt, after an unmeasured warm-up
     of each, so a drift of a shared machine hits both alike.
@@ -229,14 +237,14 @@ def measure_draft(
     Raises:
         SkippyError: the pair cannot be loaded (file, bounds, compatibility).
     """
-    speculation = dataclasses.replace(spec.speculation, enabled=True, source="model", n_draft=k)
+    speculation = dataclasses.replace(spec.speculation, enabled=True, source=source, n_draft=k)
     spec = dataclasses.replace(spec, speculation=speculation, use_draft=True)
     gen = GenerationSettings(SamplingParams(temperature=0.0), max_tokens=max_tokens)
     warm = dataclasses.replace(gen, max_tokens=min(WARMUP_TOKENS, max_tokens))
     speculator = load_speculator(spec)
     try:
         plain_mode = {"enabled": False}
-        spec_mode = {"enabled": True, "source": "model", "n_draft": k}
+        spec_mode = {"enabled": True, "source": source, "n_draft": k}
         for mode in (plain_mode, spec_mode):
             speculator.update(**mode)
             run_once(speculator, prompts[0], warm)
@@ -272,13 +280,21 @@ def measure_all(
     for i, c in enumerate(todo):
         if on_start is not None:
             on_start(i, c)
-        load = base.draft.load if base.draft is not None else base.target.load
-        spec = dataclasses.replace(base, draft=ModelSpec(c.entry.path, load))
         try:
-            results.append(DraftResult(c, measure_draft(spec, max_tokens=max_tokens)))
+            measured = measure_draft(candidate_spec(base, c), max_tokens=max_tokens, source="mtp" if c.mtp else "model")
+            results.append(DraftResult(c, measured))
         except SkippyError as e:
             results.append(DraftResult(c, error=str(e)))
     return rank(results)
+
+
+def candidate_spec(base: EngineSpec, c: DraftCandidate) -> EngineSpec:
+    """``base`` (the target's spec) drafting with ``c``: its file as the draft (which inherits
+    ``base``'s draft load settings), or no draft file for the target's own MTP heads."""
+    if c.integrated:
+        return dataclasses.replace(base, draft=None, use_draft=True)
+    load = base.draft.load if base.draft is not None else base.target.load
+    return dataclasses.replace(base, draft=ModelSpec(c.entry.path, load), use_draft=True)
 
 
 def rank(results: Sequence[DraftResult]) -> list[DraftResult]:
@@ -314,14 +330,15 @@ def render(target: Any, results: Sequence[DraftResult], others: Sequence[DraftCa
         head = ["#", "DRAFT", "QUANT", "ACCEPT", "MEAN_ACC", "DRAFT_COST", "EST_SPEEDUP", "MEASURED", "PLAIN_TOK/S"]
         rows = [[*head, "PATH"]]
         for i, r in enumerate(results, 1):
-            e, m = r.candidate.entry, r.measurement
+            c, m = r.candidate, r.measurement
+            e = c.entry
             if m is None:
-                rows.append([str(i), e.name, e.quantization, "failed", "", "", "", "", "", str(e.path)])
+                rows.append([str(i), _draft_name(c), e.quantization, "failed", "", "", "", "", "", _where(c)])
                 continue
             rows.append(
                 [
                     str(i),
-                    e.name,
+                    _draft_name(c),
                     e.quantization,
                     _pct(m.acceptance_rate),
                     "-" if m.mean_accepted_length is None else f"{m.mean_accepted_length:.2f}",
@@ -329,12 +346,12 @@ def render(target: Any, results: Sequence[DraftResult], others: Sequence[DraftCa
                     _x(m.estimated_speedup),
                     _x(m.measured_speedup),
                     f"{m.plain_tokens_per_second:.1f}",
-                    str(e.path),
+                    _where(c),
                 ]
             )
         lines.append(f"compatible drafts, ranked by estimated speedup (greedy, k={k}, {len(PROMPTS)} prompts):")
         lines.append(table(rows, right=(0, 3, 4, 5, 6, 7, 8)))
-        lines += [f"  {r.candidate.entry.name}: failed: {r.error}" for r in results if r.error is not None]
+        lines += [f"  {_draft_name(r.candidate)}: failed: {r.error}" for r in results if r.error is not None]
         lines.append(
             "ACCEPT: accepted / drafted tokens; MEAN_ACC: accepted per step (bonus not counted); DRAFT_COST: "
             "ms per draft token / ms per target token; EST_SPEEDUP: the cost model; MEASURED: tokens/s vs plain"
@@ -342,16 +359,32 @@ def render(target: Any, results: Sequence[DraftResult], others: Sequence[DraftCa
     else:
         rows = [["DRAFT", "QUANT", "PARAMS", "SIZE", "PATH"]]
         for r in results:
-            e = r.candidate.entry
-            rows.append([e.name, e.quantization, human_params(e.n_params), human_size(e.size_bytes), str(e.path)])
+            c = r.candidate
+            e = c.entry
+            if c.integrated:  # no file of its own: the heads are part of the target's weights
+                rows.append([_draft_name(c), "", "", "", _where(c)])
+                continue
+            rows.append([_draft_name(c), e.quantization, human_params(e.n_params), human_size(e.size_bytes), _where(c)])
         lines.append("compatible drafts (--measure ranks them):")
         lines.append(table(rows, right=(2, 3)))
     if others:
         lines += ["", "not compatible:"]
-        lines += [f"  {c.entry.name} ({c.entry.path}): {c.why_not}" for c in others]
+        lines += [f"  {_draft_name(c)} ({_where(c)}): {c.why_not}" for c in others]
     if n_broken:
         lines += ["", f"{n_broken} unreadable file(s) skipped (skippy-tui models lists them)"]
     return "\n".join(lines)
+
+
+def _draft_name(c: DraftCandidate) -> str:
+    """``integrated MTP (1 head)``, ``tiny-qwen35-mtp (MTP drafter)``, or the model's name."""
+    if c.integrated:
+        n = c.entry.mtp_heads
+        return f"{c.name} ({n} head{'s' if n != 1 else ''})" if n else c.name
+    return f"{c.name} (MTP drafter)" if c.mtp else c.name
+
+
+def _where(c: DraftCandidate) -> str:
+    return "in the target's file" if c.integrated else str(c.entry.path)
 
 
 # -- the `drafts` command ------------------------------------------------------------------
@@ -388,6 +421,12 @@ def cmd_drafts(args: argparse.Namespace) -> int:
         return 2
     cache = cache_dir()
     target = cached_model_info(args.target, cache / "gguf-info")  # ModelFileError: one line, exit 1
+    if target.mtp_only:
+        sys.stderr.write(
+            f"skippy-tui: error: {target.path.name} is an MTP drafter file, not a model: "
+            "pass its target as --target (the drafter is listed among its drafts)\n"
+        )
+        return 1
     found = scan_for_args(args)
     entries: list[LibraryEntry] = found[1] if found is not None else []
     candidates = draft_candidates(target, entries, cache)
@@ -401,7 +440,8 @@ def cmd_drafts(args: argparse.Namespace) -> int:
         base = cfg.engine_spec()
 
         def started(i: int, c: DraftCandidate) -> None:
-            sys.stderr.write(f"measuring {c.entry.name} ({c.entry.path.name}) {i + 1}/{len(results)}\n")
+            where = "the target's own heads" if c.integrated else c.entry.path.name
+            sys.stderr.write(f"measuring {_draft_name(c)} ({where}) {i + 1}/{len(results)}\n")
 
         results = measure_all(base, candidates, args.max_tokens, started)
     n_broken = sum(e.broken for e in entries)
@@ -418,5 +458,6 @@ def cmd_drafts(args: argparse.Namespace) -> int:
         sys.stdout.write(render(target, results, others, n_broken) + "\n")
     failed = [r for r in results if r.error is not None]
     for r in failed:
-        sys.stderr.write(f"skippy-tui: error: {r.candidate.entry.path.name}: {r.error}\n")
+        name = "integrated MTP" if r.candidate.integrated else r.candidate.entry.path.name
+        sys.stderr.write(f"skippy-tui: error: {name}: {r.error}\n")
     return 1 if failed else 0

@@ -28,14 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from .cli_common import path_arg
+from .engine.arch import mtp_heads_usable
 from .engine.compat import incompatibility
 from .engine.errors import ModelFileError
 from .engine.gguf_info import ModelInfo, cached_model_info, shard_paths
 from .engine.jsoncache import file_key, read_entry, write_entry
 from .engine.labels import SHARD_RE
 
-ENTRY_VERSION = 1
-"""Bumped when :class:`LibraryEntry`'s cached fields change (old entries are then re-read)."""
+ENTRY_VERSION = 2
+"""Bumped when :class:`LibraryEntry`'s cached fields change (old entries are then re-read;
+2: ``memory``, ``mtp_heads``, ``mtp_drafter``)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,10 @@ class LibraryEntry:
     total. ``n_params``: parameters (elements of all tensors). ``quantization``:
     the GGUF file type (``Q4_K_M``, ``F32``, …). ``n_ctx_train``: the context
     length it was trained for (tokens). ``vocab``: e.g. ``"BPE 49152"``.
+    ``memory``: ``attention``, ``hybrid`` or ``recurrent`` (from the architecture).
+    ``mtp_heads``: multi-token-prediction heads the pinned llama.cpp can draft with
+    (0: none, or ones it cannot run). ``mtp_drafter``: the file holds MTP blocks
+    alone (an external drafter for its target, never a model of its own).
     ``error``: why the file is unusable (``None`` for a usable model); then only
     ``path``, ``shards`` and ``name`` (the file stem) are meaningful.
     """
@@ -62,11 +68,25 @@ class LibraryEntry:
     n_ctx_train: int | None = None
     has_template: bool = False
     vocab: str = ""
+    memory: str = "attention"
+    mtp_heads: int = 0
+    mtp_drafter: bool = False
     error: str | None = None
 
     @property
     def broken(self) -> bool:
         return self.error is not None
+
+    @property
+    def notes(self) -> str:
+        """What sets the model apart for speculation: ``hybrid``, ``recurrent``,
+        ``MTP heads: 1``, ``MTP drafter`` (comma-separated); ``""`` for a plain attention model."""
+        if self.mtp_drafter:  # its memory is its MTP block's: the arch's trunk is not in the file
+            return "MTP drafter"
+        parts = [self.memory] if self.memory != "attention" else []
+        if self.mtp_heads:
+            parts.append(f"MTP heads: {self.mtp_heads}")
+        return ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (paths as strings)."""
@@ -90,20 +110,43 @@ class LibraryEntry:
             n_ctx_train=info.context_length,
             has_template=bool(info.chat_template),
             vocab=f"{info.vocab_kind} {info.vocab_size}",
+            memory=info.memory,
+            mtp_heads=info.mtp_heads,
+            mtp_drafter=info.mtp_only,
         )
 
 
 @dataclass(frozen=True)
 class DraftCandidate:
-    """A library entry judged as a draft for one target: ``why_not`` is ``None`` when
-    the pair can speculate, else the reason (one sentence, from the vocabulary check)."""
+    """A way to draft for one target: ``why_not`` is ``None`` when the pair can
+    speculate, else the reason (one sentence).
+
+    ``entry``: the draft model's file, an MTP drafter file, or (``integrated``) the
+    target itself, whose own MTP heads draft.
+    """
 
     entry: LibraryEntry
     why_not: str | None
+    integrated: bool = False
 
     @property
     def compatible(self) -> bool:
         return self.why_not is None
+
+    @property
+    def mtp(self) -> bool:
+        """Drafts with MTP heads (the target's own, or an MTP drafter file's): ``source = "mtp"``.
+        Such a file is never loaded as a draft model of its own (llama.cpp cannot run it so)."""
+        return self.integrated or self.entry.mtp_drafter
+
+    @property
+    def name(self) -> str:
+        """``integrated MTP`` for the target's own heads, else the file's model name."""
+        return INTEGRATED_MTP if self.integrated else self.entry.name
+
+
+INTEGRATED_MTP = "integrated MTP"
+"""How the finder and the picker name a target's own MTP heads as a draft."""
 
 
 # -- where models live -----------------------------------------------------------------
@@ -287,14 +330,22 @@ def _cached(path: Path, shards: tuple[Path, ...], cache_dir: Path | None) -> boo
 def draft_candidates(
     target: ModelInfo, entries: Iterable[LibraryEntry], cache_dir: Path | None
 ) -> list[DraftCandidate]:
-    """Every usable entry judged as a draft for ``target`` (the target's own file left
-    out), compatible ones first, then by size (smallest first).
+    """Every way to draft for ``target``: its own MTP heads (when the file has any), then
+    every usable entry (the target's own file left out); compatible ones first, the
+    target's heads first among them, then by size (smallest first).
 
     Broken entries are left out. The vocabulary check needs each entry's token
-    list, read from the header cache (``cache_dir/gguf-info``).
+    list, read from the header cache (``cache_dir/gguf-info``). An MTP drafter file
+    also needs the target's architecture and heads llama.cpp can run. An MTP drafter
+    file as the target has no draft (it is no model of its own).
     """
-    target_real = {os.path.realpath(s) for s in target.shards}
+    if target.mtp_only:
+        return []
     out = []
+    if target.n_nextn > 0:
+        own = LibraryEntry.from_info(target.path, target.shards, target)
+        out.append(DraftCandidate(own, mtp_heads_usable(target.architecture, target.n_nextn) or None, True))
+    target_real = {os.path.realpath(s) for s in target.shards}
     for e in entries:
         if e.broken or os.path.realpath(e.path) in target_real:
             continue
@@ -303,8 +354,16 @@ def draft_candidates(
         except ModelFileError as err:  # changed since the scan
             out.append(DraftCandidate(e, str(err)))
             continue
-        out.append(DraftCandidate(e, incompatibility(target, info)))
-    return sorted(out, key=lambda c: (not c.compatible, c.entry.size_bytes, str(c.entry.path)))
+        out.append(DraftCandidate(e, incompatibility(target, info) or _mtp_drafter_refusal(target, info)))
+    return sorted(out, key=lambda c: (not c.compatible, not c.integrated, c.entry.size_bytes, str(c.entry.path)))
+
+
+def _mtp_drafter_refusal(target: ModelInfo, draft: ModelInfo) -> str | None:
+    """Why the MTP drafter file ``draft`` cannot draft for ``target`` with the pinned llama.cpp
+    (``None``: it can, or it is an ordinary model); its architecture is checked with the
+    vocabulary (:func:`.engine.compat.incompatibility`), its width when both load."""
+    why = mtp_heads_usable(draft.architecture, draft.n_nextn) if draft.mtp_only else ""
+    return f"MTP drafter: {why}" if why else None
 
 
 # -- formatting ------------------------------------------------------------------------
@@ -347,7 +406,7 @@ def render_entries(entries: Sequence[LibraryEntry]) -> str:
     broken = [e for e in entries if e.broken]
     parts = []
     if good:
-        rows = [["NAME", "ARCH", "PARAMS", "QUANT", "SIZE", "N_CTX_TRAIN", "TEMPLATE", "PATH"]]
+        rows = [["NAME", "ARCH", "PARAMS", "QUANT", "SIZE", "N_CTX_TRAIN", "TEMPLATE", "NOTES", "PATH"]]
         for e in good:
             rows.append(
                 [
@@ -358,6 +417,7 @@ def render_entries(entries: Sequence[LibraryEntry]) -> str:
                     human_size(e.size_bytes),
                     str(e.n_ctx_train) if e.n_ctx_train else "?",
                     "yes" if e.has_template else "no",
+                    e.notes,
                     str(e.path) + (f" (+{len(e.shards) - 1} shards)" if len(e.shards) > 1 else ""),
                 ]
             )

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from .engine.errors import SkippyError
-from .engine.events import Event, ReplyFinished, ReplyStarted, StepVerified, TextSpan, event_from_dict
+from .engine.events import Event, ReplyFinished, ReplyStarted, Rollback, StepVerified, TextSpan, event_from_dict
 from .engine.jsoncache import atomic_write_text, exclusive_write_text, remove_stale_temps
 from .engine.labels import model_label
 from .engine.sampling import SamplingParams
@@ -252,6 +252,9 @@ class Transcript:
             lines += ["", f"## {'You' if e.role == 'user' else e.role.capitalize()}", "", e.content]
             if e.role == "assistant" and e.finish is not None:
                 lines += ["", f"> {reply_summary(e.finish)}"]
+                steps = steps_summary(e.steps)
+                if steps:
+                    lines += [">", f"> {steps}"]
                 sampling = sampling_summary(e)
                 if sampling:
                     lines += [">", f"> {sampling}"]
@@ -412,6 +415,41 @@ def reply_summary(fin: ReplyFinished) -> str:
     if fin.error:
         parts.append(fin.error)
     return " · ".join(parts)
+
+
+def steps_summary(steps: list[StepVerified]) -> str:
+    """One line on a reply's steps (Markdown transcript): what drafted them, and how the
+    target's cache dropped what it did not commit, e.g. ``steps by source: 6 mtp, 2 plain · target
+    rollbacks: 3 rollback (5 rows); 0.4 ms``. ``""`` without steps.
+
+    A proposal whose source was not recorded counts as ``?``; transcripts from before
+    rollbacks were recorded say nothing of them."""
+    if not steps:
+        return ""
+    sources: dict[str, int] = {}
+    for st in steps:
+        name = st.draft_source or ("?" if st.proposed else "plain")
+        sources[name] = sources.get(name, 0) + 1
+    text = "steps by source: " + ", ".join(f"{n} {name}" for name, n in sources.items())
+    rollbacks = [st.rollback for st in steps if st.rollback is not None]
+    if rollbacks:
+        text += " · target rollbacks: " + _rollbacks(rollbacks)
+    return text
+
+
+def _rollbacks(rollbacks: list[Rollback]) -> str:
+    """``3 drop (7 rows), 1 restore (2 rows, 1 decoded again); 0.5 ms``: by kind, then the time in all."""
+    kinds: dict[str, list[Rollback]] = {}
+    for rb in rollbacks:
+        kinds.setdefault(rb.label().split()[0], []).append(rb)
+    parts = []
+    for verb, group in kinds.items():
+        dropped, again = sum(rb.dropped for rb in group), sum(rb.redecoded for rb in group)
+        detail = count(dropped, "row") if verb != "reset" else ""
+        if again:
+            detail += (", " if detail else "") + f"{again} decoded again"
+        parts.append(f"{len(group)} {verb} ({detail})")
+    return ", ".join(parts) + f"; {sum(rb.ms for rb in rollbacks):.1f} ms"
 
 
 # the SamplingParams fields a recorded settings dict holds, and their defaults

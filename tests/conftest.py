@@ -145,3 +145,25 @@ def tiny_mamba_echo(tiny_models) -> Path:
 def tiny_lfm2_echo(tiny_models) -> Path:
     """``tiny_lfm2``'s shape whose greedy output mostly repeats the last token (about 60-85 % over 64 tokens)."""
     return tiny_models("lfm2", echo=_echo())
+
+
+@pytest.fixture
+def tiny_library(
+    tmp_path: Path, tiny_models, tiny_qwen35_mtp_echo: Path, tiny_qwen35_mtp_sidecar: Path, tiny_mamba_echo: Path
+) -> dict[str, Path]:
+    """``tmp/tiny-lib``: links to tiny models of every kind the library tells apart: a hybrid
+    target with one MTP head (``mtp``), its MTP drafter file (``drafter``), a recurrent model
+    (``mamba``) and a hybrid whose two MTP blocks llama.cpp cannot run (``mtp2``); ``lib``: the folder."""
+    lib = tmp_path / "tiny-lib"
+    lib.mkdir()
+    files = {
+        "mtp": tiny_qwen35_mtp_echo,
+        "drafter": tiny_qwen35_mtp_sidecar,
+        "mamba": tiny_mamba_echo,
+        "mtp2": tiny_models("qwen35", mtp=2),
+    }
+    paths = {"lib": lib}
+    for key, real in files.items():
+        paths[key] = lib / f"{key}.gguf"
+        paths[key].symlink_to(real)
+    return paths

@@ -208,5 +208,35 @@ def test_a_target_with_mtp_heads_drafts_with_them_by_default(tmp_path: Path, tin
     assert not load_config(path).engine_spec().speculation.enabled  # nothing to draft with
     cfg = load_config(path)
     cfg.set("speculation", "source", "mtp", "--draft-source")
-    with pytest.raises(ConfigError, match=r"^--draft-source mtp needs a target with MTP heads"):
+    with pytest.raises(ConfigError, match=r"^--draft-source mtp needs the target.s MTP heads .*\(its file has none"):
         cfg.engine_spec()
+
+
+def test_source_mtp_loads_the_targets_heads_without_a_draft_file(tmp_path: Path) -> None:
+    """``source = "mtp"`` (set in the file, by ``--draft-source mtp`` or by F8's "integrated MTP")
+    drafts with the target's own heads: a draft is asked for (``use_draft``), with no file."""
+    from skippy_tui.cli_common import add_model_flags, config_from_args
+
+    path = tmp_path / "config.toml"
+    path.write_text(f'[target]\npath = "{tmp_path / "t.gguf"}"\n[speculation]\nsource = "mtp"\n', "utf-8")
+    spec = load_config(path).engine_spec()
+    assert (spec.draft, spec.use_draft, spec.heads) == (None, False, True)
+    assert (spec.speculation.source, spec.speculation.enabled) == ("mtp", True)
+    # an MTP drafter file as the draft is a draft like any other
+    path.write_text(path.read_text("utf-8") + f'[draft]\npath = "{tmp_path / "mtp.gguf"}"\n', "utf-8")
+    spec = load_config(path).engine_spec()
+    assert spec.draft is not None and spec.draft.path == tmp_path / "mtp.gguf" and spec.use_draft
+    # the flag takes it; with --no-draft it would quietly decode plainly, so it is refused
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_model_flags(parser)
+    args = parser.parse_args(["--target", str(tmp_path / "t.gguf"), "--draft-source", "mtp"])
+    spec = config_from_args(args).engine_spec()
+    assert spec.speculation.source == "mtp" and spec.heads and spec.draft is None
+    args = parser.parse_args(["--target", str(tmp_path / "t.gguf"), "--no-draft", "--draft-source", "mtp"])
+    with pytest.raises(ConfigError, match=r"^--draft-source mtp needs the target's MTP heads .*\(--no-draft turns"):
+        config_from_args(args).engine_spec()
+    path.write_text('[speculation]\nsource = "heads"\n', "utf-8")
+    with pytest.raises(ConfigError, match=r"source = 'heads' is out of bounds: .*ngram\+model, mtp"):
+        load_config(path).engine_spec()

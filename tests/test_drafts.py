@@ -89,6 +89,54 @@ def test_drafts_with_a_bad_target_is_one_line_and_exit_1(library: Path, capsys: 
     assert err.count("\n") == 1 and "not a GGUF file" in err
 
 
+def test_drafts_offers_integrated_mtp_and_mtp_drafter_files(
+    tiny_library: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    lib = tiny_library["lib"]
+    args = ["drafts", "--target", str(tiny_library["mtp"]), "--dir", str(lib)]
+    assert main([*args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    kinds = [(d["name"], d["source"], d["integrated"], Path(d["path"]).stem) for d in doc["drafts"]]
+    assert kinds[0] == ("integrated MTP", "mtp", True, "mtp")  # the target's own heads, first
+    assert ("tiny-qwen35-mtp", "mtp", False, "drafter") in kinds and ("tiny-mamba", "model", False, "mamba") in kinds
+    assert doc["target"]["memory"] == "hybrid" and doc["target"]["n_nextn"] == 1
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "integrated MTP (1 head)" in out and "in the target's file" in out and "(MTP drafter)" in out
+    # a target whose heads llama.cpp cannot run: not offered, and why
+    assert main(["drafts", "--target", str(tiny_library["mtp2"]), "--dir", str(lib)]) == 0
+    out = capsys.readouterr().out
+    assert "integrated MTP (in the target's file): llama.cpp runs one MTP block" in out.split("not compatible:")[1]
+    # the drafter file is no target
+    assert main(["drafts", "--target", str(tiny_library["drafter"]), "--dir", str(lib)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is an MTP drafter file, not a model" in err
+
+
+def test_drafts_measure_ranks_mtp_heads_like_any_draft(
+    tiny_library: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The integrated heads and the drafter file (the same block) measure alike, with source mtp,
+    and reproduce plain decoding; the recurrent draft model drafts as a model."""
+    lib = tmp_path / "mtp-lib"
+    lib.mkdir()
+    for key in ("mtp", "drafter", "mamba"):
+        (lib / f"{key}.gguf").symlink_to(tiny_library[key])
+    config = tmp_path / "config.toml"
+    config.write_text("[target]\nthreads = 1\nn_ctx = 512\nn_batch = 128\nn_ubatch = 128\n", "utf-8")
+    args = ["drafts", "--target", str(lib / "mtp.gguf"), "--dir", str(lib), "--config", str(config)]
+    assert main([*args, "--measure", "--max-tokens", "16", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "measuring integrated MTP (1 head) (the target's own heads) 1/3" in captured.err
+    drafts = {Path(d["path"]).stem if not d["integrated"] else "own": d for d in json.loads(captured.out)["drafts"]}
+    assert set(drafts) == {"own", "drafter", "mamba"}
+    for d in drafts.values():
+        assert d["measurement"]["identical_replies"] == 3, d
+    own, drafter = drafts["own"]["measurement"], drafts["drafter"]["measurement"]
+    assert 0 < own["acceptance_rate"] < 1  # the echo head is right some of the time
+    assert drafter["acceptance_rate"] == own["acceptance_rate"]  # the same block, drafting the same tokens
+
+
 # -- the figures, from synthetic counts (pure logic) -------------------------------------
 
 

@@ -20,7 +20,17 @@ import pytest
 
 import skippy_tui.engine.gguf_info as gguf_info
 from skippy_tui.cli import main
-from skippy_tui.library import LibraryEntry, default_dirs, human_params, human_size, library_dirs, scan
+from skippy_tui.engine.gguf_info import cached_model_info
+from skippy_tui.library import (
+    INTEGRATED_MTP,
+    LibraryEntry,
+    default_dirs,
+    draft_candidates,
+    human_params,
+    human_size,
+    library_dirs,
+    scan,
+)
 
 
 def write_gguf(path: Path, blocks: range, tokens: list[str] | None = None, name: str = "tiny") -> int:
@@ -179,7 +189,7 @@ def test_models_command_prints_a_table_and_json(
     assert main(["models", "--dir", str(lib)]) == 0
     out = capsys.readouterr().out
     header, row = out.splitlines()[:2]
-    assert header.split() == ["NAME", "ARCH", "PARAMS", "QUANT", "SIZE", "N_CTX_TRAIN", "TEMPLATE", "PATH"]
+    assert header.split() == ["NAME", "ARCH", "PARAMS", "QUANT", "SIZE", "N_CTX_TRAIN", "TEMPLATE", "NOTES", "PATH"]
     assert re.search(r"llama\s+135M\s+Q4_1\s+93\.8 MiB\s+8192\s+yes\s+\S+/q\.gguf$", row), row
     assert f"{lib / 'bad.gguf'}: not a GGUF file" in out
     assert main(["models", "--dir", str(lib), "--json"]) == 0
@@ -190,6 +200,51 @@ def test_models_command_prints_a_table_and_json(
         str(lib / "q.gguf"), "Q4_1", smollm2_q4_1.stat().st_size, None,
     )  # fmt: skip
     assert bad["path"] == str(lib / "bad.gguf") and bad["error"].startswith("not a GGUF file")
+
+
+def test_models_shows_memory_kind_mtp_heads_and_mtp_drafters(
+    tiny_library: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Hybrid / recurrent memory and usable MTP heads in NOTES; an MTP drafter file marked as
+    such; two heads llama.cpp cannot run are no heads; an attention model has no note."""
+    lib = tiny_library["lib"]
+    assert main(["models", "--dir", str(lib)]) == 0
+    rows = {line.split()[-1]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    expected = {"mtp": "hybrid, MTP heads: 1", "drafter": "MTP drafter", "mamba": "recurrent", "mtp2": "hybrid"}
+    for key, note in expected.items():
+        row = rows[str(tiny_library[key])]
+        assert re.search(rf"\byes\s+{re.escape(note)}\s+/", row), row
+    assert main(["models", "--dir", str(lib), "--json"]) == 0
+    doc = {Path(m["path"]).stem: m for m in json.loads(capsys.readouterr().out)["models"]}
+    got = {k: (m["memory"], m["mtp_heads"], m["mtp_drafter"]) for k, m in doc.items()}
+    assert got == {
+        "mtp": ("hybrid", 1, False), "drafter": ("hybrid", 1, True),
+        "mamba": ("recurrent", 0, False), "mtp2": ("hybrid", 0, False),
+    }  # fmt: skip
+    assert LibraryEntry(Path("a.gguf"), (Path("a.gguf"),), "a").notes == ""  # attention: nothing extra
+
+
+def test_draft_candidates_offer_the_targets_heads_and_mtp_drafters_of_its_architecture(
+    tiny_library: dict[str, Path], cache_dir: Path
+) -> None:
+    entries = scan([tiny_library["lib"]], cache_dir)
+
+    def candidates(key: str) -> dict[str, tuple[bool, bool, str | None]]:
+        info = cached_model_info(tiny_library[key], cache_dir / "gguf-info")
+        found = draft_candidates(info, entries, cache_dir)
+        return {("own" if c.integrated else c.entry.path.stem): (c.compatible, c.mtp, c.why_not) for c in found}
+
+    got = candidates("mtp")
+    assert next(iter(got)) == "own" and got["own"] == (True, True, None)  # its own heads first
+    assert got["drafter"] == (True, True, None) and got["mamba"] == (True, False, None)
+    got = candidates("mtp2")
+    assert got["own"][:2] == (False, True) and "runs one MTP block" in (got["own"][2] or "")
+    got = candidates("mamba")  # no heads of its own; the qwen35 drafter reads another arch's states
+    assert "own" not in got and got["drafter"][:2] == (False, True)
+    assert "hidden states of qwen35 models" in (got["drafter"][2] or "") and "is mamba" in (got["drafter"][2] or "")
+    assert candidates("drafter") == {}  # an MTP drafter file is no target
+    own = draft_candidates(cached_model_info(tiny_library["mtp"], cache_dir / "gguf-info"), entries, cache_dir)[0]
+    assert own.name == INTEGRATED_MTP and own.entry.path == tiny_library["mtp"]
 
 
 def test_models_with_no_folder_says_so_in_one_line(

@@ -14,8 +14,8 @@ import pytest
 from helpers import THREADS, Run, user
 from test_hybrid import LP, PROMPT, load_tiny, spec_and_plain
 
-from skippy_tui.engine.errors import IncompatibleModelsError
-from skippy_tui.engine.loader import EngineSpec, load_speculator
+from skippy_tui.engine.errors import IncompatibleModelsError, ModelFileError
+from skippy_tui.engine.loader import EngineSpec, check_spec, load_speculator
 from skippy_tui.engine.native import LoadParams
 from skippy_tui.engine.sampling import SamplingParams
 from skippy_tui.engine.settings import GenerationSettings, ModelSpec, SpeculationSettings
@@ -156,3 +156,16 @@ def test_a_drafter_file_of_another_width_is_refused(tiny_models, tiny_qwen35_ech
     spec = SpeculationSettings(enabled=True, n_draft=4, source="mtp")
     with pytest.raises(IncompatibleModelsError, match="128 wide"):
         load_speculator(EngineSpec(ModelSpec(tiny_qwen35_echo, LP), ModelSpec(wide, LP), spec, cache_dir, True))
+
+
+def test_a_drafter_file_is_no_target_and_drafts_only_for_its_architecture(
+    tiny_qwen35_mtp_sidecar: Path, tiny_qwen35_echo: Path, tiny_mamba_echo: Path, cache_dir: Path
+) -> None:
+    """Both refused from the headers, before llama.cpp opens a context it cannot run on the file."""
+    spec = SpeculationSettings(enabled=True, n_draft=4, source="mtp")
+    as_target = EngineSpec(ModelSpec(tiny_qwen35_mtp_sidecar, LP), ModelSpec(tiny_qwen35_echo, LP), spec, cache_dir)
+    with pytest.raises(ModelFileError, match=r"is an MTP drafter file .* not as the target"):
+        check_spec(as_target)
+    other_arch = EngineSpec(ModelSpec(tiny_mamba_echo, LP), ModelSpec(tiny_qwen35_mtp_sidecar, LP), spec, cache_dir)
+    with pytest.raises(IncompatibleModelsError, match=r"hidden states of qwen35 models.* is mamba"):
+        check_spec(other_arch)

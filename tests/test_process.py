@@ -343,3 +343,19 @@ def test_the_child_waits_while_the_terminal_holds_keys_the_ui_has_not_read() -> 
     finally:
         os.close(main)
         os.close(sub)
+
+
+def test_the_child_says_which_drafters_it_holds(tiny_qwen35_mtp_echo: Path, cache_dir: Path) -> None:
+    """The app offers the sources the loaded models can draft with (F3) and names the one in force:
+    the stand-in carries the model drafter and the MTP heads as the child loaded them."""
+    lp = LoadParams(n_ctx=512, n_batch=64, n_ubatch=64, threads=1, threads_batch=1)
+    settings = SpeculationSettings(enabled=True, n_draft=4, source="ngram")
+    proxy = load_in_process(EngineSpec(ModelSpec(tiny_qwen35_mtp_echo, lp), None, settings, cache_dir, True))
+    try:
+        assert proxy.mtp_drafter is not None and proxy.mtp_drafter.source == "mtp" and not proxy.mtp_drafter.external
+        assert proxy.model_drafter is not None and proxy.model_drafter.source == "mtp"  # no draft model: the heads
+        assert proxy.drafter is not None and proxy.drafter.source == "ngram"
+        proxy.update(source="mtp")
+        assert proxy.drafter.source == "mtp"
+    finally:
+        proxy.close()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy_tui.engine.events import ReplyFinished, ReplyStarted, StepVerified, SyncInfo
+from skippy_tui.engine.events import ReplyFinished, ReplyStarted, Rollback, StepVerified, SyncInfo, TokenInfo
 from skippy_tui.transcript import (
     Entry,
     Transcript,
@@ -21,6 +21,7 @@ from skippy_tui.transcript import (
     reproduce_flags,
     reproduce_note,
     sampling_label,
+    steps_summary,
 )
 
 CHAT_JSON = Path(__file__).parent / "ui" / "fixtures" / "chat.json"
@@ -426,3 +427,30 @@ def test_an_old_transcript_without_per_turn_records_loads_as_before(tmp_path: Pa
     path.write_text(json.dumps(bad), "utf-8")
     with pytest.raises(TranscriptError, match='"models" must be a JSON object'):
         Transcript.load(path)
+
+
+def test_markdown_says_what_drafted_each_reply_and_how_the_target_rolled_back() -> None:
+    def step(i: int, source: str, rollback: Rollback | None = None) -> StepVerified:
+        proposed = (TokenInfo(1, "a"),) if source else ()
+        return StepVerified(
+            i, 10, 11, len(proposed), SyncInfo("synced"), proposed, 0, TokenInfo(2, "b"), "correction", (), (),
+            0.0, 1.0, 1.0, (), draft_source=source, rollback=rollback,
+        )  # fmt: skip
+
+    steps = [
+        step(0, "mtp", Rollback("snapshot", 3, 0, 0.25)), step(1, "mtp"), step(2, ""),
+        step(3, "ngram", Rollback("restore", 2, 1, 1.0)), step(4, "mtp", Rollback("snapshot", 1, 0, 0.5)),
+    ]  # fmt: skip
+    assert steps_summary(steps) == (
+        "steps by source: 3 mtp, 1 plain, 1 ngram · target rollbacks: 2 rollback (4 rows), "
+        "1 restore (2 rows, 1 decoded again); 1.8 ms"
+    )
+    assert steps_summary([]) == ""
+    # an old transcript: its sources, no rollbacks (none were recorded), and it still opens
+    raw = json.loads(CHAT_JSON.read_text("utf-8"))
+    recorded = [ev for m in raw["messages"] for ev in m.get("events") or [] if ev["type"] == "step"]
+    assert recorded and not any("rollback" in ev for ev in recorded)
+    t = Transcript.load(CHAT_JSON)
+    assert all(st.rollback is None for e in t.replies() for st in e.steps)
+    md = t.to_markdown()
+    assert "> steps by source: 8 model\n" in md and "> steps by source: 7 model, 1 plain\n" in md

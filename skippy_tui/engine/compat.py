@@ -3,7 +3,8 @@
 Speculation exchanges token *ids*, so both models must read ids the same way.
 The rules follow llama.cpp's speculative example: the same vocab kind, sizes
 within 128 (padding), the same BOS/EOS, and the same text for every token id
-both vocabularies hold.
+both vocabularies hold. An MTP drafter file (MTP blocks alone) reads the
+target's hidden states as well, so it drafts only for its own architecture.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ def incompatibility(target: ModelInfo, draft: ModelInfo) -> str | None:
     for i, (a, b) in enumerate(zip(target.tokens, draft.tokens)):
         if a != b:
             return f"token {i} differs: target has {a!r}, draft has {b!r}"
+    if draft.mtp_only and draft.architecture != target.architecture:
+        return (
+            f"the MTP drafter {draft.label} reads the hidden states of {draft.architecture} models, "
+            f"and the target {target.label} is {target.architecture}"
+        )
     return None
 
 

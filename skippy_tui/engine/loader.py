@@ -123,6 +123,11 @@ def check_spec(spec: EngineSpec, progress: Progress = _noop) -> tuple[Path, Mode
     progress("reading GGUF headers", 0.0)
     info_cache = spec.cache_dir / "gguf-info"
     t_info = cached_model_info(target_path, info_cache)
+    if t_info.mtp_only:  # llama.cpp crashes on a plain context over a file without the trunk
+        raise ModelFileError(
+            f"{target_path.name} is an MTP drafter file (MTP blocks without the model itself): "
+            "give it as the draft of its target, not as the target"
+        )
     d_info = cached_model_info(draft_path, info_cache) if draft_path is not None else None
     if d_info is not None:
         check_compatible(t_info, d_info)

@@ -54,9 +54,15 @@ def exit_message(exitcode: int | None) -> str:
 
 @dataclass(frozen=True)
 class DrafterView:
-    """What the app reads of a drafter: ``source`` (model, ngram, ngram+model, auto)."""
+    """What the app reads of a drafter: ``source`` (model, ngram, ngram+model, auto, mtp);
+    ``external``: MTP heads of a drafter file (not the target's own)."""
 
     source: str
+    external: bool = False
+
+    @classmethod
+    def of(cls, drafter: Any) -> DrafterView | None:
+        return cls(drafter.source, bool(getattr(drafter, "external", False))) if drafter is not None else None
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,10 @@ class Static:
     no_rollback: str
     load_note: str
     backend: str
+    # what the model sources draft with (a draft model, else MTP heads) and the MTP heads, or None:
+    # the app offers the sources these make possible (F3)
+    model_drafter: DrafterView | None = None
+    mtp_drafter: DrafterView | None = None
 
 
 @dataclass(frozen=True)
@@ -87,12 +97,14 @@ class State:
 def static_of(spec: Any) -> Static:
     from .native_devices import backend_name
 
-    return Static(spec.target_info, spec.draft_info, spec.n_ctx, spec.no_rollback, spec.load_note, backend_name())
+    drafters = DrafterView.of(spec.model_drafter), DrafterView.of(spec.mtp_drafter)
+    return Static(spec.target_info, spec.draft_info, spec.n_ctx, spec.no_rollback, spec.load_note, backend_name(),
+                  *drafters)  # fmt: skip
 
 
 def state_of(spec: Any) -> State:
     from .rpc import remote_label, speculator_lost
 
     remote, lost = remote_label(spec), speculator_lost(spec)
-    drafter = DrafterView(spec.drafter.source) if spec.drafter is not None else None
+    drafter = DrafterView.of(spec.drafter)
     return State(spec.n_past, spec.speculation, drafter, spec.invariance, spec.verdict(), remote, lost)

@@ -35,6 +35,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("Toggle speculation", "Speculative decoding on/off (from the next step)", "toggle_speculation"),
     ("Set n_draft", "Tokens per proposal, k (from the next step)", "tune('n_draft')"),
     ("Set p_min", "Stop drafting below this draft probability (from the next step)", "tune('p_min')"),
+    ("Set source", "What proposes: draft model, n-gram, MTP heads or auto (from the next step)", "tune('source')"),
     ("Set temperature", "Sampling temperature, 0 = greedy (from the next step)", "tune('temperature')"),
     ("Set sampler", "Coupled (= plain sampling's reply) or rejection (from the next step)", "tune('sampler')"),
     ("Set top_k", "Keep the k most likely tokens, 0 = off (from the next step)", "tune('top_k')"),

@@ -43,12 +43,17 @@ CONTEXT_KEYS: tuple[tuple[str, str], ...] = (
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("#", "the step's number; * marks the step from which F3 changed the sampling settings"),
+    ("src", "what proposed: model (the draft model), ngram (prompt lookup), mtp (MTP heads); shown once a "
+            "reply drafts with something else than the draft model"),
     ("sync", "how the draft's KV cache was brought up to date before it proposed (badges below)"),
     ("proposal", "the draft's tokens, in order: accepted ones, then the first rejected one; "
                  "the tokens after it are struck through too, but were never checked"),
     ("+", "the target's own token after the accepted ones: a bonus after a fully accepted proposal, a "
           "correction at the first rejection, plain for a step without a proposal; (reply ended) when EOS "
           "or a stop string came inside the accepted tokens"),
+    ("rollback", "how a hybrid or recurrent target dropped what it did not commit: rollback N (N rows back to "
+                 "a snapshot), restore N +M (the state saved before the verify, M tokens decoded again); shown "
+                 "once a step needed one. The inspector says it for every step (drop N: the KV cache dropped N)"),
     ("d/v ms", "time the draft took to propose / the target to verify, in milliseconds"),
 )  # fmt: skip
 
@@ -56,7 +61,8 @@ BADGES: tuple[tuple[str, str], ...] = (
     ("synced", "the draft already held the context: nothing to do"),
     ("extend a..b", "positions a..b were prefilled (the tokens committed since the last step)"),
     ("truncate k→b", "cut back to the k tokens shared with the context (after a rejection or an edit), then "
-                     "prefilled up to b"),
+                     "prefilled up to b; rollback k→b / restore k→b: a recurrent draft's state went back to a "
+                     "snapshot, or to one it saved"),
     ("reset 0..b", "nothing reusable: the draft's cache was refilled from 0"),
     ("plain", "no proposal this step (speculation off, no room, or auto chose plain decoding)"),
 )  # fmt: skip
@@ -69,7 +75,11 @@ STATUS: tuple[tuple[str, str], ...] = (
     ("exact ≤N rows", "verify batches are split so a reply equals plain decoding token for token"),
     ("profile fast", "one verify batch, flash attention: faster, a reply may differ from plain decoding"),
     ("ctx a/b", "tokens in the target's KV cache / its context window"),
-    ("spec on k=… p_min=…", "speculation on (F4), the proposal length k (auto: chosen per step) and p_min"),
+    ("spec on … k=… p_min=…", "speculation on (F4), the draft source unless it is the draft model named beside "
+                              "it (model, or auto choosing it per step): ngram, mtp, auto (mtp)…, set with F3; the "
+                              "proposal length k (auto: chosen per step) and p_min"),
+    ("rollback: …", "how a hybrid or recurrent target drops rejected tokens: snapshot (llama.cpp goes back itself) "
+                    "or restore (a state saved before each verify, the accepted tokens decoded again)"),
     ("greedy · coupled T=…", "the sampler and temperature; a fixed seed and +penalties when set (F3)"),
 )  # fmt: skip
 

@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Static
 
 from ..engine.events import ReplyStarted, StepVerified
 from ..transcript import reply_seed, reproduce_flags, reproduce_note, sampling_label, settings_at
-from .render import fg, visible
+from .render import fg, rollback_text, source_text, visible
 
 
 class InspectorScreen(ModalScreen[None]):
@@ -69,6 +69,8 @@ class InspectorScreen(ModalScreen[None]):
         head.append(f"{st.sync.label()}  ({where})\n")
         head.append("context      ", style="bold")
         head.append(f"{st.n_past_before} → {st.n_past_after} tokens in the target KV cache\n")
+        head.append("source       ", style="bold")
+        head.append(source_text(st.draft_source, bool(st.proposed)) + "\n")
         head.append("proposal     ", style="bold")
         head.append(f"k={st.k}" + (f" ({st.k_reason})" if st.k_reason else "") + f", {len(st.proposed)} drafted, ")
         head.append(f"{st.n_accepted} accepted  (draft {st.draft_ms:.1f} ms, verify {st.verify_ms:.1f} ms)\n")
@@ -84,6 +86,9 @@ class InspectorScreen(ModalScreen[None]):
         c = st.committed
         head.append(f"{visible(c.text) if c else '∅'}", style=chosen)
         head.append(f"  ({st.commit_kind}, id {c.id if c else '—'})\n")
+        if st.rollback is not None:  # the target's cache held rows the step did not commit
+            head.append("rollback     ", style="bold")
+            head.append(rollback_text(st.rollback) + "\n")
         self._sampling_lines(head, st, bad_style)
         self.query_one("#inspect-head", Static).update(head)
 

@@ -3,9 +3,11 @@
 Two steps in one dialog. Step 1 lists the library's models (``[library] dirs``,
 scanned in a thread worker, so a first scan of large vocabularies never blocks
 the UI); broken files are listed dimmed with the reason and cannot be chosen.
-Step 2 lists the drafts for that target: the compatible models (smallest
+Step 2 lists the drafts for that target: its own MTP heads ("integrated MTP",
+when its file has heads), the compatible models and MTP drafter files (smallest
 first), "none" (plain decoding) and "n-gram only" (prompt lookup, no draft
-model), then the incompatible models dimmed with why. The dialog returns a
+model), then the incompatible ones dimmed with why. An MTP drafter file is no
+target: it is listed dimmed in step 1. The dialog returns a
 :class:`ModelChoice`; the app loads it in the background while the current
 models keep answering, and swaps them only once the new pair is ready (see
 ``SkippyApp.action_choose_models``).
@@ -32,15 +34,26 @@ from textual.worker import Worker, WorkerState
 
 from ..engine.errors import ModelFileError
 from ..engine.labels import model_label
-from ..library import DraftCandidate, LibraryEntry, draft_candidates, existing, human_params, human_size, scan
+from ..engine.settings import DRAFT_SOURCES
+from ..library import (
+    INTEGRATED_MTP,
+    DraftCandidate,
+    LibraryEntry,
+    draft_candidates,
+    existing,
+    human_params,
+    human_size,
+    scan,
+)
 from .error_screen import ErrorScreen
 
 if TYPE_CHECKING:
     from ..config import Config
     from ..engine.loader import EngineSpec
 
-DraftMode = Literal["model", "none", "ngram"]
-MODEL_SOURCES = ("auto", "model", "ngram+model")  # [speculation] source values that use a draft model
+DraftMode = Literal["model", "none", "ngram", "mtp"]
+# [speculation] source values that draft with a draft model: all but n-gram lookup and MTP heads
+MODEL_SOURCES = tuple(s for s in DRAFT_SOURCES if s not in ("ngram", "mtp"))
 NONE_ID, NGRAM_ID = "plain", "ngram"  # draft row ids; model rows are "t<i>" / "d<i>"
 
 
@@ -64,9 +77,11 @@ def tidy(path: Path) -> str:
 class ModelChoice:
     """The pair chosen in the picker.
 
-    ``draft``: the draft model's file (``mode == "model"``), else ``None``;
-    ``mode``: ``"model"`` (speculate with ``draft``), ``"none"`` (plain decoding)
-    or ``"ngram"`` (n-gram drafting, no draft model). Names are for messages.
+    ``draft``: the draft model's file (``mode == "model"``), an MTP drafter file
+    (``mode == "mtp"``), else ``None``; ``mode``: ``"model"`` (speculate with
+    ``draft``), ``"mtp"`` (MTP heads draft: the target's own when ``draft`` is
+    ``None``, else the drafter file's), ``"none"`` (plain decoding) or ``"ngram"``
+    (n-gram drafting, no draft model). Names are for messages.
     """
 
     target: Path
@@ -77,26 +92,33 @@ class ModelChoice:
 
     @property
     def label(self) -> str:
-        """``Gemma 3 270m + SmolLM2 Q4_1``, ``… (plain decoding)``, ``… + n-gram drafting``."""
+        """``Gemma 3 270m + SmolLM2 Q4_1``, ``… + integrated MTP``, ``… + X (MTP drafter)``,
+        ``… (plain decoding)``, ``… + n-gram drafting``."""
         if self.mode == "model":
             return f"{self.target_name} + {self.draft_name}"
+        if self.mode == "mtp":
+            return f"{self.target_name} + " + (f"{self.draft_name} (MTP drafter)" if self.draft else INTEGRATED_MTP)
         return self.target_name + (" + n-gram drafting" if self.mode == "ngram" else " (plain decoding)")
 
     def apply(self, cfg: Config) -> None:
         """Set ``cfg``'s target path, draft path and enabled flag, and speculation source.
 
         A draft model keeps a configured source that uses one (``auto``, ``model``,
-        ``ngram+model``), else ``auto``; "none" sets ``model`` (with no draft model
-        that is plain decoding: no n-gram fallback); "n-gram only" sets ``ngram``.
+        ``ngram+model``), else ``auto``; MTP heads set ``mtp`` (with the drafter file
+        as the draft, or none for the target's own heads); "none" sets ``model`` (with
+        no draft model that is plain decoding: no n-gram fallback); "n-gram only" sets ``ngram``.
         A new target drops ``[target] chat_template``: an override belongs to the
         model it was written for. Only memory changes; the file is not rewritten.
         """
         if os.path.realpath(cfg.get("target", "path") or "") != os.path.realpath(self.target):
             cfg.set("target", "chat_template", "")
         cfg.set("target", "path", str(self.target))
-        cfg.set("draft", "path", str(self.draft) if self.mode == "model" and self.draft else "")
-        cfg.set("draft", "enabled", self.mode == "model")
-        if self.mode == "model":
+        drafts = self.mode in ("model", "mtp")
+        cfg.set("draft", "path", str(self.draft) if drafts and self.draft else "")
+        cfg.set("draft", "enabled", drafts)
+        if self.mode == "mtp":
+            cfg.set("speculation", "source", "mtp")
+        elif self.mode == "model":
             current = cfg.get("speculation", "source")
             cfg.set("speculation", "source", current if current in MODEL_SOURCES else "auto")
         else:
@@ -272,8 +294,14 @@ class ModelPickerScreen(ModalScreen["ModelChoice | None"]):
             row = Text(f"{label(e):<{LABEL_WIDTH}} broken: {reason}\n   {tidy(e.path)}", style="dim")
             return Option(row, f"t{i}", disabled=True)
         ctx = f"ctx {e.n_ctx_train}" if e.n_ctx_train else ""
-        row = Text(f"{label(e):<{LABEL_WIDTH}} {e.architecture:<10} {human_params(e.n_params):>6} ")
-        row.append(f"{human_size(e.size_bytes):>10}  {ctx:<10} {'' if e.has_template else 'no chat template'}")
+        head = f"{label(e):<{LABEL_WIDTH}} {e.architecture:<10} {human_params(e.n_params):>6} "
+        if e.mtp_drafter:  # MTP blocks alone: llama.cpp cannot run it as a model of its own
+            why = "MTP drafter: a draft for its target"
+            row = Text(f"{head}{human_size(e.size_bytes):>10}  {why}\n   {tidy(e.path)}", style="dim")
+            return Option(row, f"t{i}", disabled=True)
+        notes = " · ".join(n for n in (e.notes, "" if e.has_template else "no chat template") if n)
+        row = Text(head)
+        row.append(f"{human_size(e.size_bytes):>10}  {ctx:<10} {notes}")
         if os.path.realpath(e.path) in self.current:
             row.append("  (loaded)", style="bold")
         row.append(f"\n   {e.name} · {tidy(e.path)}", style="dim")
@@ -298,10 +326,12 @@ class ModelPickerScreen(ModalScreen["ModelChoice | None"]):
         dialog = self.query_one("#dialog")
         dialog.border_title = f"Choose models · 2 of 2: draft for {label(self.target)}"
         dialog.border_subtitle = "enter load · esc back to the targets"
-        good = [c for c in self.candidates if c.compatible]
+        good = [c for c in self.candidates if c.compatible and not c.integrated]
         bad = [c for c in self.candidates if not c.compatible]
+        heads = any(c.integrated and c.compatible for c in self.candidates)
         self._state(
-            f"{len(good)} compatible draft model{'s' if len(good) != 1 else ''} (same tokenizer)"
+            ("Its own MTP heads can draft; " if heads else "")
+            + f"{len(good)} compatible draft model{'s' if len(good) != 1 else ''} (same tokenizer)"
             + (f"; {len(bad)} cannot draft for it (dimmed, with the reason)" if bad else "")
             + ". The conversation stays: the new models prefill it."
         )
@@ -320,12 +350,18 @@ class ModelPickerScreen(ModalScreen["ModelChoice | None"]):
     def _draft_option(self, i: int, c: DraftCandidate) -> Option:
         e = c.entry
         head = f"{label(e):<{LABEL_WIDTH}} {human_params(e.n_params):>6} {human_size(e.size_bytes):>10}"
+        if c.integrated:  # no file of its own: the heads sit in the target's weights
+            n = e.mtp_heads
+            heads = f"{n} MTP head{'s' if n != 1 else ''}" if n else "MTP heads"
+            head = f"{INTEGRATED_MTP:<{LABEL_WIDTH}} the target's own {heads}, no draft file"
+        elif c.mtp:
+            head += "  MTP drafter"
         if not c.compatible:
             return Option(Text(f"{head}\n   {c.why_not}", style="dim"), f"d{i}", disabled=True)
         row = Text(head)
-        if os.path.realpath(e.path) in self.current:
+        if os.path.realpath(e.path) in self.current and not c.integrated:  # (the target's file is loaded anyway)
             row.append("  (loaded)", style="bold")
-        row.append(f"\n   {e.name} · {tidy(e.path)}", style="dim")
+        row.append(f"\n   {e.name} · {'in the target' if c.integrated else tidy(e.path)}", style="dim")
         return Option(row, f"d{i}")
 
     # -- choosing ---------------------------------------------------------------------------
@@ -347,8 +383,12 @@ class ModelPickerScreen(ModalScreen["ModelChoice | None"]):
             elif oid == NGRAM_ID:
                 self.dismiss(ModelChoice(t.path, label(t), "ngram"))
             elif oid.startswith("d"):
-                d = self.candidates[int(oid[1:])].entry
-                self.dismiss(ModelChoice(t.path, label(t), "model", d.path, label(d)))
+                c = self.candidates[int(oid[1:])]
+                if c.integrated:
+                    self.dismiss(ModelChoice(t.path, label(t), "mtp"))
+                else:  # an MTP drafter file drafts as MTP heads, never as a draft model
+                    d = c.entry
+                    self.dismiss(ModelChoice(t.path, label(t), "mtp" if c.mtp else "model", d.path, label(d)))
 
     def action_back(self) -> None:
         if self.step in ("draft", "judging") and self.entries:

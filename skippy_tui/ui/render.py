@@ -13,7 +13,7 @@ from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 
-from ..engine.events import ReplyFinished, StepVerified, SyncInfo, TextSpan, TokenInfo
+from ..engine.events import ReplyFinished, Rollback, StepVerified, SyncInfo, TextSpan, TokenInfo
 from ..engine.stats import AcceptanceStats
 from ..transcript import count
 
@@ -51,6 +51,31 @@ def proposal_cell(step: StepVerified, accepted: Style | str, rejected: Style | s
     if not step.proposed:
         out.append("—", style=sep)
     return out
+
+
+SOURCE_NAMES = {"model": "the draft model", "ngram": "n-gram lookup", "mtp": "the MTP heads"}
+"""What each step's ``draft_source`` drafted with, in words."""
+
+
+def source_text(source: str, proposed: bool = True) -> str:
+    """``mtp (the MTP heads)``; ``none (a plain step)`` for a step without a proposal (``proposed``
+    False), ``not recorded`` for one a transcript kept no source of."""
+    if not source:
+        return "not recorded" if proposed else "none (a plain step)"
+    return f"{source} ({SOURCE_NAMES[source]})" if source in SOURCE_NAMES else source
+
+
+def rollback_text(rb: Rollback) -> str:
+    """How the target dropped a step's uncommitted rows, in words, with the time it took."""
+    rows = f"{rb.dropped} row{'s' if rb.dropped != 1 else ''}"
+    how = {
+        "kv": f"the KV cache dropped {rows}",
+        "snapshot": f"the recurrent state went back {rows} to a snapshot",
+        "restore": f"the recurrent state saved before the verify was restored ({rows} dropped) and "
+        f"{rb.redecoded} accepted token{'s' if rb.redecoded != 1 else ''} decoded again",
+        "reset": f"nothing could drop them: the cache was emptied and {rb.redecoded} tokens decoded again",
+    }.get(rb.via, f"{rb.via}: {rows}")
+    return f"{rb.label()}  ({how}, {rb.ms:.1f} ms)"
 
 
 SYNC_LEGEND = "sync: = synced · e extend · t truncate · r reset · p plain"

@@ -13,6 +13,7 @@ from typing import Any
 
 from textual.widgets import Static
 
+from ..engine.arch import rollback_kind
 from ..engine.labels import model_label
 from ..engine.sampling import SamplingParams
 from ..transcript import Entry
@@ -34,8 +35,8 @@ class StatusState:
     """What the status bar shows, read from the app at one moment.
 
     ``speculator`` is the loaded ``Speculator`` (its ``target_info``, ``draft_info``,
-    ``drafter``, ``speculation``, ``no_rollback``, ``invariance``, ``n_ctx`` and
-    ``verdict()`` are read) or None; ``backend`` is the ggml backend's name (read only
+    ``drafter``, ``model_drafter``, ``mtp_drafter``, ``speculation``, ``no_rollback``,
+    ``invariance``, ``n_ctx`` and ``verdict()`` are read) or None; ``backend`` is the ggml backend's name (read only
     with models loaded). ``recorded`` is the transcript's ``models`` record (a replay).
     """
 
@@ -78,27 +79,62 @@ def last_tps(entries: Sequence[Entry]) -> float:
     return 0.0
 
 
+def source_in_force(spec: Any) -> str:
+    """The draft source a speculator drafts with: ``model``, ``ngram``, ``mtp``, ``auto``,
+    ``ngram+model``; where the model sources draft with MTP heads (no draft model is
+    loaded), ``auto (mtp)`` and ``ngram+mtp``. ``""`` without a drafter."""
+    if spec.drafter is None:
+        return ""
+    source = spec.drafter.source
+    model = getattr(spec, "model_drafter", None)
+    if model is not None and model.source == "mtp":
+        return {"auto": "auto (mtp)", "ngram+model": "ngram+mtp"}.get(source, source)
+    return source
+
+
+def draft_field(spec: Any) -> Part:
+    """The draft model's name; else what drafts without one (``MTP heads``), or ``no draft model``."""
+    d = spec.draft_info
+    if d is not None:
+        return model_field("draft", d.path, d.name, d.file_type, 5)
+    if getattr(spec, "mtp_drafter", None) is not None:
+        return Part(("draft: MTP heads", ""), (5,))
+    return Part(("no draft model", ""), (5,))
+
+
+def rollback_field(spec: Any) -> Part | None:
+    """How a hybrid or recurrent target drops rejected tokens (``rollback: snapshot`` /
+    ``restore``, :func:`~skippy_tui.engine.arch.rollback_kind`); None for an attention
+    target (its KV cache simply drops them) or none known."""
+    t = spec.target_info
+    kind = rollback_kind(t.architecture) if t is not None else "kv"
+    return None if kind == "kv" else Part((f"rollback: {kind}", ""), (3,))
+
+
 def status_parts(st: StatusState) -> list[Part]:
     """The status bar's fields in order; the ranks say which give way first (see fit_parts)."""
     parts: list[Part] = []
     spec = st.speculator
     if spec is not None:
-        t, d = spec.target_info, spec.draft_info
+        t = spec.target_info
         parts.append(model_field("target", t.path, t.name, t.file_type, 7) if t else Part(("target ?", ""), (7,)))
-        if d is not None:
-            parts.append(model_field("draft", d.path, d.name, d.file_type, 5))
-        else:
-            parts.append(Part((f"draft: {spec.drafter.source}" if spec.drafter is not None else "no draft", ""), (5,)))
+        parts.append(draft_field(spec))
         parts.append(Part((st.backend, ""), (1,)))
         parts.append(Part((f"ctx {st.n_past}/{st.n_ctx or spec.n_ctx}", ""), (8,)))
         parts.append(Part((f"{st.tokens_per_second:.1f} tok/s",)))
         s = spec.speculation
         on_ = s.enabled and spec.drafter is not None
-        state = f"spec {'on' if on_ else 'off'}" + (" (recurrent model)" if spec.no_rollback else "")
         if on_:
+            # the draft model drafting (alone, or as auto's choice beside n-gram lookup) is the
+            # common case, and the draft field names it already
+            source = source_in_force(spec)
+            state = "spec on" + (f" {source}" if source not in ("model", "auto") else "")
             parts.append(Part((f"{state} k={s.n_draft} p_min={s.p_min:g}", f"{state} k={s.n_draft}"), (9,)))
+            if (rollback := rollback_field(spec)) is not None:
+                parts.append(rollback)
         else:
-            parts.append(Part((state,)))
+            # no_rollback: a recurrent state too large to save, the one thing that keeps it off
+            parts.append(Part(("spec off" + (" (state too large to roll back)" if spec.no_rollback else ""),)))
         full, short = sampling_status(st.sampling), st.sampling.label()
         parts.append(Part((full, short), (10,)) if full != short else Part((full,)))
         verdict = spec.verdict() if on_ else None

@@ -29,7 +29,26 @@ from .render import commit_cell, fg, proposal_cell, sync_short
 CHANGED = "*"
 """Marks a step from which the sampling settings changed mid-reply (F3)."""
 
-COLUMNS = (("#", "index"), ("sync", "sync"), ("proposal", "proposal"), ("+", "commit"), ("d/v ms", "ms"))
+COLUMNS = (
+    ("#", "index"), ("src", "source"), ("sync", "sync"), ("proposal", "proposal"), ("+", "commit"),
+    ("rollback", "rollback"), ("d/v ms", "ms"),
+)  # fmt: skip
+OPTIONAL = frozenset({"source", "rollback"})
+"""Columns shown only once a step has something worth a column in them, so the proposal keeps
+the width where they would repeat what the status bar says: the source once a step drafted
+with something else than the draft model (n-gram, MTP heads), the rollback once the target
+dropped rows otherwise than its KV cache does (a hybrid or recurrent target's snapshot or
+restore, a reset). The inspector shows both for every step."""
+
+
+def optional_cells(st: StepVerified) -> dict[str, bool]:
+    """Whether ``st`` alone calls for each :data:`OPTIONAL` column."""
+    return {
+        "source": st.draft_source not in ("", "model"),
+        "rollback": st.rollback is not None and st.rollback.via != "kv",
+    }
+
+
 COMMIT_MAX = 14  # cells for the committed token; "(reply ended)" fits, a longer token ends in "…"
 PROPOSAL_MIN = 8  # the proposal keeps at least this many cells, ending in "…" when cut
 PAD = 1  # cells either side of every column
@@ -51,7 +70,10 @@ class Timeline(ScrollView, can_focus=True):
     The columns are sized here so that they always fit the width: the proposal takes
     what the others leave and ends in "…" when cut (the inspector shows it whole).
     When even that would cut it, the sync column switches to short badges
-    (``e41..44``; :attr:`compact`) and the panel shows their legend. The view follows
+    (``e41..44``; :attr:`compact`) and the panel shows their legend. The draft source
+    of each step (``model``, ``ngram``, ``mtp``) and how the target dropped the rows it
+    did not commit (``drop 3``, ``rollback 3``, ``restore 3 +2``) have columns once a
+    step calls for them (:data:`OPTIONAL`). The view follows
     the last row until the user scrolls up, and again once back at the end.
     """
 
@@ -111,6 +133,7 @@ class Timeline(ScrollView, can_focus=True):
         self.compact = False  # short sync badges
         self.cursor_row = 0
         self._widest: dict[str, int] = {}  # per column (and "sync_short"): the widest cell so far
+        self._present: set[str] = set()  # the OPTIONAL columns some step has filled
         self._sizes: dict[str, int] = {}  # the column widths in use
         self._strips: dict[int, Strip] = {}  # rendered rows (without the cursor), by index
         self._header: Strip | None = None
@@ -125,14 +148,20 @@ class Timeline(ScrollView, can_focus=True):
 
     @property
     def widths(self) -> dict[str, int]:
-        """Each column's width in cells (padding excluded), by key."""
+        """Each shown column's width in cells (padding excluded), by key."""
         return dict(self._sizes)
 
-    def get_row_at(self, row: int) -> tuple[Text, ...]:
-        """The cells of row ``row``, styled, uncut."""
-        return self._cells(self.steps[row])
+    @property
+    def shown(self) -> list[str]:
+        """The keys of the columns shown, in order: every one but the optional ones no step filled."""
+        return [key for _, key in COLUMNS if key not in OPTIONAL or key in self._present]
 
-    def _cells(self, st: StepVerified) -> tuple[Text, ...]:
+    def get_row_at(self, row: int) -> tuple[Text, ...]:
+        """The cells of row ``row`` in the shown columns, styled, uncut."""
+        cells = self._cells(self.steps[row])
+        return tuple(cells[key] for key in self.shown)
+
+    def _cells(self, st: StepVerified) -> dict[str, Text]:
         style = self.get_component_rich_style
         ms = fg(style("step--ms"))
         index = Text(str(st.index), style=ms)
@@ -141,13 +170,15 @@ class Timeline(ScrollView, can_focus=True):
         proposal = proposal_cell(st, fg(style("step--accepted")), fg(style("step--rejected")), fg(style("step--sep")))
         commit = commit_cell(st, fg(style("step--bonus")), fg(style("step--correction")))
         sync = sync_short(st.sync) if self.compact else st.sync.label()
-        return (
-            index,
-            Text(sync, style=fg(style("step--sync"))),
-            proposal,
-            commit,
-            Text(f"{step_ms(st.draft_ms)}/{step_ms(st.verify_ms)}", style=ms),
-        )
+        return {
+            "index": index,
+            "source": Text(st.draft_source, style=fg(style("step--sync"))),
+            "sync": Text(sync, style=fg(style("step--sync"))),
+            "proposal": proposal,
+            "commit": commit,
+            "rollback": Text(st.rollback.label() if st.rollback is not None else "", style=ms),
+            "ms": Text(f"{step_ms(st.draft_ms)}/{step_ms(st.verify_ms)}", style=ms),
+        }
 
     def add_steps(self, steps: list[StepVerified]) -> None:
         """Append rows (a batch of a reply in flight); only rows in view are rendered."""
@@ -159,6 +190,7 @@ class Timeline(ScrollView, can_focus=True):
     def set_steps(self, steps: list[StepVerified]) -> None:
         """Show these steps instead (another reply), following the last one."""
         self.steps, self._widest, self._follow, self.cursor_row = [], {}, True, 0
+        self._present = set()
         self._forget()
         self.add_steps(steps)
 
@@ -199,14 +231,17 @@ class Timeline(ScrollView, can_focus=True):
         for st in steps:
             cells = {
                 "index": len(str(st.index)) + (st.sampling is not None),
+                "source": cell_len(st.draft_source),
                 "sync": cell_len(st.sync.label()),
                 "sync_short": cell_len(sync_short(st.sync)),
                 "proposal": proposal_cell(st, "", "").cell_len,
                 "commit": min(commit_cell(st, "", "").cell_len, COMMIT_MAX),
                 "ms": len(step_ms(st.draft_ms)) + 1 + len(step_ms(st.verify_ms)),
+                "rollback": cell_len(st.rollback.label()) if st.rollback is not None else 0,
             }
             for key, width in cells.items():
                 widest[key] = max(widest[key], width)
+            self._present.update(key for key, wanted in optional_cells(st).items() if wanted)
 
     def _fit(self) -> None:
         """Size the columns to the widget's width; switch the sync column's form when needed."""
@@ -215,15 +250,12 @@ class Timeline(ScrollView, can_focus=True):
             return
         if not self._widest:
             self._measure([])
-        w, pad = self._widest, 2 * PAD * len(COLUMNS)
-        compact = w["index"] + w["commit"] + w["ms"] + pad + w["sync"] + w["proposal"] > width
-        sizes = {
-            "index": w["index"],
-            "sync": w["sync_short" if compact else "sync"],
-            "commit": w["commit"],
-            "ms": w["ms"],
-        }
-        sizes["proposal"] = max(width - sum(sizes.values()) - pad, PROPOSAL_MIN)
+        shown = self.shown
+        w, pad = self._widest, 2 * PAD * len(shown)
+        fixed = {key: w[key] for key in shown if key not in ("sync", "proposal")}
+        compact = sum(fixed.values()) + pad + w["sync"] + w["proposal"] > width
+        sizes = {key: fixed[key] if key in fixed else w["sync_short" if compact else "sync"] for key in shown}
+        sizes["proposal"] = max(width - sum(v for k, v in sizes.items() if k != "proposal") - pad, PROPOSAL_MIN)
         changed = compact != self.compact
         if sizes != self._sizes or changed:  # most batches of steps change no width
             self._sizes, self.compact = sizes, compact
@@ -237,11 +269,11 @@ class Timeline(ScrollView, can_focus=True):
 
     # -- rendering -----------------------------------------------------------------------
 
-    def _line(self, cells: tuple[Text, ...], base: Style, header: bool = False) -> Strip:
-        """One line of cells cut or padded to the column widths (labels all aligned left)."""
+    def _line(self, cells: dict[str, Text], base: Style, header: bool = False) -> Strip:
+        """One line of the shown columns' cells cut or padded to their widths (labels all aligned left)."""
         line = Text(no_wrap=True, end="")
-        for (_, key), cell in zip(COLUMNS, cells):
-            cell = cell.copy()
+        for key in self._sizes:
+            cell = cells[key].copy()
             cell.overflow, cell.no_wrap = "ellipsis", True
             cell.align("right" if key in RIGHT and not header else "left", self._sizes.get(key, 0))
             line.append(" " * PAD)
@@ -257,7 +289,7 @@ class Timeline(ScrollView, can_focus=True):
         if y == 0:
             header = self.get_component_rich_style("timeline--header")
             if self._header is None:
-                self._header = self._line(tuple(Text(label) for label, _ in COLUMNS), header, header=True)
+                self._header = self._line({key: Text(label) for label, key in COLUMNS}, header, header=True)
             return self._header.crop_extend(0, width, header)
         row = self.scroll_offset.y + y - 1
         if row >= len(self.steps):

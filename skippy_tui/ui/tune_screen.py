@@ -1,9 +1,9 @@
-"""The tune dialog (F3): k, p_min, max_tokens and the sampling settings, checked as typed."""
+"""The tune dialog (F3): k, p_min, the draft source, max_tokens and the sampling settings, checked as typed."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from textual import on
@@ -15,16 +15,17 @@ from textual.widgets import Button, Input, Label, Select, Static
 
 from ..engine.errors import BoundsError, SkippyError
 from ..engine.sampling import SAMPLERS, SamplingParams
-from ..engine.settings import GenerationSettings, SpeculationSettings
+from ..engine.settings import DRAFT_SOURCES, GenerationSettings, SpeculationSettings
 from ..transcript import number
 from .button_row import ButtonRow
 from .field_tabs import FIELD_TABS
 
-# (key, help) of each tune field, in order; the help says what the field takes. The sampler is a
-# choice, the rest are typed.
+# (key, help) of each tune field, in order; the help says what the field takes. The draft source
+# and the sampler are choices, the rest are typed.
 TUNE_FIELDS: tuple[tuple[str, str], ...] = (
     ("n_draft", "tokens per proposal (k): auto, or 1..4096"),
     ("p_min", "stop drafting below this draft probability: 0..1"),
+    ("source", "what proposes: draft model, n-gram, MTP heads or auto"),
     ("temperature", "0..100, 0 = greedy"),
     ("sampler", "coupled = plain sampling's reply; rejection = min(1, p/q)"),
     ("top_k", "keep the k most likely tokens: 0 = off, or k ≥ 1"),
@@ -43,6 +44,7 @@ DIALOG_WIDTH = 100  # #dialog.tune in app.tcss
 LABEL_AND_FIELD = 35  # .field-label (19) + the field (14) + the help's padding (2)
 HELP_MIN = 30  # narrower than this beside the field, the help goes under it
 _INT_FIELDS = frozenset({"n_draft", "top_k", "repeat_last_n", "max_tokens"})
+CHOICE_FIELDS = frozenset({"source", "sampler"})
 # what a field's text must look like, for the message when it does not
 _KINDS = {"n_draft": '"auto" or a whole number', "seed": '"random" or a whole number'}
 
@@ -68,12 +70,14 @@ def parse_field(key: str, text: str) -> object:
 
 
 class TuneScreen(ModalScreen["dict | None"]):
-    """Speculation (n_draft, p_min) and sampling (temperature, sampler, seed, penalties).
+    """Speculation (n_draft, p_min, source) and sampling (temperature, sampler, seed, penalties).
 
     Each value is checked by the settings it goes into; ``apply`` (when given)
     then applies them and may still refuse (a :class:`SkippyError`, e.g. a k the
     batch cannot hold). Any error shows in the dialog and nothing changes.
-    Returns ``{"n_draft", "p_min", "max_tokens", "sampling"}`` once applied, or None when cancelled.
+    ``sources``: the draft sources offered (those the loaded models can draft with);
+    ``source_note``: why one is not offered, shown under the choice.
+    Returns ``{"n_draft", "p_min", "source", "max_tokens", "sampling"}`` once applied, or None when cancelled.
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -90,10 +94,15 @@ class TuneScreen(ModalScreen["dict | None"]):
         apply: Callable[[dict[str, Any]], None] | None = None,
         *,
         max_tokens: int = 512,
+        source: str = "auto",
+        sources: Sequence[str] = DRAFT_SOURCES,
+        source_note: str = "",
     ) -> None:
         super().__init__()
         self.sampling = sampling
-        self.values = {"n_draft": str(n_draft), "p_min": number(p_min), "max_tokens": str(max_tokens)}
+        self.sources = tuple(sources) if source in sources else (source, *sources)  # the one in force stays
+        self.source_note = source_note
+        self.values = {"n_draft": str(n_draft), "p_min": number(p_min), "max_tokens": str(max_tokens), "source": source}
         for key, _ in TUNE_FIELDS:
             if key not in self.values:  # a sampling field
                 value = getattr(sampling, key)
@@ -108,12 +117,14 @@ class TuneScreen(ModalScreen["dict | None"]):
             for key, help_text in TUNE_FIELDS:
                 with Horizontal(classes="field"):
                     yield Label(key, classes="field-label")
-                    if key == "sampler":
-                        options = [(name, name) for name in SAMPLERS]
+                    if key in CHOICE_FIELDS:
+                        options = [(name, name) for name in (self.sources if key == "source" else SAMPLERS)]
                         yield Select(options, value=self.values[key], allow_blank=False, id=key, compact=True)
                     else:
                         yield Input(self.values[key], id=key, compact=True)
                     yield Label(help_text, classes="field-help")
+                if key == "source" and self.source_note:
+                    yield Static(self.source_note, id="source-note", markup=False)
             yield Static("", id="tune-error", markup=False)  # messages quote config sections: [target]
             with ButtonRow():
                 yield Button("Apply", id="apply", variant="primary")
@@ -142,15 +153,17 @@ class TuneScreen(ModalScreen["dict | None"]):
         Raises:
             ValueError: a field is not a value of its kind, or out of bounds (BoundsError).
         """
-        raw = {key: self.query_one(f"#{key}", Input).value.strip() for key, _ in TUNE_FIELDS if key != "sampler"}
-        parsed: dict[str, Any] = {key: parse_field(key, text) for key, text in raw.items()}
-        parsed["sampler"] = self.query_one("#sampler", Select).value
-        SpeculationSettings(n_draft=parsed["n_draft"], p_min=parsed["p_min"])
+        typed = [key for key, _ in TUNE_FIELDS if key not in CHOICE_FIELDS]
+        parsed: dict[str, Any] = {k: parse_field(k, self.query_one(f"#{k}", Input).value.strip()) for k in typed}
+        for key in CHOICE_FIELDS:
+            parsed[key] = self.query_one(f"#{key}", Select).value
+        SpeculationSettings(n_draft=parsed["n_draft"], p_min=parsed["p_min"], source=parsed["source"])
         GenerationSettings(max_tokens=parsed["max_tokens"])
-        sampling = {k: v for k, v in parsed.items() if k not in ("n_draft", "p_min", "max_tokens")}
+        sampling = {k: v for k, v in parsed.items() if k not in ("n_draft", "p_min", "source", "max_tokens")}
         return {
             "n_draft": parsed["n_draft"],
             "p_min": parsed["p_min"],
+            "source": parsed["source"],
             "max_tokens": parsed["max_tokens"],
             "sampling": dataclasses.replace(self.sampling, **sampling),
         }

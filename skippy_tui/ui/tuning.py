@@ -6,16 +6,48 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..engine.arch import mtp_heads_usable
 from ..engine.sampling import SamplingParams
+from ..engine.settings import DRAFT_SOURCES
 from ..transcript import sampling_label
 from .system_prompt_screen import SystemPromptScreen
 from .tune_screen import TuneScreen
 
 
-def tune_notice(values: dict[str, Any], before: SamplingParams, max_tokens: int | None = None) -> str:
-    """What F3 set, and from when: everything from the next step, a new seed from the next reply."""
+def offered_sources(spec: Any) -> tuple[tuple[str, ...], str]:
+    """The draft sources F3 offers with ``spec`` loaded (every one with none loaded: they go
+    to the config), and why ``mtp`` is not among them (``""`` when it is, or none is loaded).
+
+    The model sources need what drafts for them (a draft model, else MTP heads); ``mtp``
+    needs MTP heads loaded (``Speculator.mtp_drafter``)."""
+    if spec is None:
+        return DRAFT_SOURCES, ""
+    model = getattr(spec, "model_drafter", None) is not None
+    mtp = getattr(spec, "mtp_drafter", None) is not None
+    needs = {"model": model, "ngram+model": model, "mtp": mtp}
+    offered = tuple(s for s in DRAFT_SOURCES if needs.get(s, True))
+    return offered, "" if mtp else "no mtp: " + no_heads_reason(spec.target_info)
+
+
+def no_heads_reason(info: Any) -> str:
+    """Why a loaded target drafts with no MTP heads: its file has none (or none llama.cpp can
+    run), or they were not loaded (only ``source = "mtp"`` loads a target's own heads)."""
+    if info is None:
+        return "no MTP heads are loaded"
+    why = mtp_heads_usable(info.architecture, info.n_nextn)
+    if why:
+        return f"the target cannot draft with MTP heads ({why})"
+    return 'the target\'s MTP heads are not loaded: choose "integrated MTP" in F8, or set [speculation] source = "mtp"'
+
+
+def tune_notice(values: dict[str, Any], before: SamplingParams, max_tokens: int | None = None, source: str = "") -> str:
+    """What F3 set, and from when: everything from the next step, a new seed from the next reply;
+    the draft source when it changed from ``source``."""
     s: SamplingParams = values["sampling"]
-    text = f"n_draft={values['n_draft']} p_min={values['p_min']:g} · {sampling_label(dataclasses.asdict(s))}"
+    text = f"n_draft={values['n_draft']} p_min={values['p_min']:g}"
+    if values.get("source", source) != source:
+        text += f" source={values['source']}"
+    text += f" · {sampling_label(dataclasses.asdict(s))}"
     text += " from the next step."
     if s.seed != before.seed:
         text += f" Seed {'random' if s.seed is None else s.seed} from the next reply."
@@ -56,7 +88,7 @@ class TuningMixin:
             self.notify(f"Speculation {'on' if enabled else 'off'} when the models load.")
             return
         if spec.drafter is None:
-            self.notify("No draft model is loaded, so speculation stays off.", severity="warning")
+            self.notify("No draft model or MTP heads are loaded, so speculation stays off.", severity="warning")
             return
         if spec.no_rollback:
             self.notify(spec.no_rollback.capitalize() + ".", severity="warning")
@@ -69,23 +101,30 @@ class TuningMixin:
         spec = self.speculator
         n_draft = spec.speculation.n_draft if spec is not None else self.config.get("speculation", "n_draft")
         p_min = spec.speculation.p_min if spec is not None else self.config.get("speculation", "p_min")
+        source = spec.speculation.source if spec is not None else self.config.get("speculation", "source")
+        sources, note = offered_sources(spec)
         before = self.sampling
 
         def apply(values: dict[str, Any]) -> None:
             # raises SkippyError (shown in the dialog) before anything changes
             if spec is not None:
-                spec.update(n_draft=values["n_draft"], p_min=values["p_min"])
+                spec.update(n_draft=values["n_draft"], p_min=values["p_min"], source=values["source"])
             else:
-                self.config.set("speculation", "n_draft", values["n_draft"])
-                self.config.set("speculation", "p_min", values["p_min"])
+                for key in ("n_draft", "p_min", "source"):
+                    self.config.set("speculation", key, values[key])
             self.sampling = values["sampling"]
             # read when a reply starts (LiveGeneration), so it applies from the next reply
             self.generation = dataclasses.replace(self.generation, max_tokens=values["max_tokens"])
 
         def done(values: dict[str, Any] | None) -> None:
             if values:
-                self.notify(tune_notice(values, before, max_tokens), timeout=4)
+                notice = tune_notice(values, before, max_tokens, source)
+                if values["source"] != source and spec is not None and not spec.speculation.enabled:
+                    notice += " Speculation is off: F4 turns it on."
+                self.notify(notice, timeout=4)
                 self._update_status()
 
         max_tokens = self.generation.max_tokens
-        self.push_screen(TuneScreen(n_draft, p_min, self.sampling, focus, apply, max_tokens=max_tokens), done)
+        screen = TuneScreen(n_draft, p_min, self.sampling, focus, apply, max_tokens=max_tokens, source=source,
+                            sources=sources, source_note=note)  # fmt: skip
+        self.push_screen(screen, done)

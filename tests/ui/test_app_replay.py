@@ -428,7 +428,7 @@ def test_tune_dialog_checks_bounds() -> None:
             assert app.screen is screen and app.config.get("speculation", "n_draft") == "auto"  # refused
             assert "n_draft" in str(screen.query_one("#tune-error").render())
             screen.query_one("#n_draft").value = "6"
-            await pilot.press("tab", "tab")  # to the temperature field
+            await pilot.press("tab", "tab", "tab")  # past p_min and the source, to the temperature field
             assert app.focused is screen.query_one("#temperature")
             await pilot.press("backspace", *"0.7", "enter")
             await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "apply")

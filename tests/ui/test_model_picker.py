@@ -22,10 +22,18 @@ from skippy_tui.config import Config
 from skippy_tui.engine import loader
 from skippy_tui.engine.chat import prompt_tokens
 from skippy_tui.engine.events import StepVerified
+from skippy_tui.engine.settings import DRAFT_SOURCES
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.chat import UserMessage
-from skippy_tui.ui.model_picker import NGRAM_ID, NONE_ID, ModelChoice, ModelPickerScreen, SwitchFailedScreen
+from skippy_tui.ui.model_picker import (
+    MODEL_SOURCES,
+    NGRAM_ID,
+    NONE_ID,
+    ModelChoice,
+    ModelPickerScreen,
+    SwitchFailedScreen,
+)
 
 GEMMA_NAME = "Gemma 3 270m"  # general.name of the Gemma fixture, as the library lists it
 
@@ -130,6 +138,75 @@ def test_choice_sets_the_pair_in_the_config_only_when_applied(tmp_path: Path) ->
         assert got == (d_path, d_enabled, after), mode
         assert (cfg.get("target", "path"), cfg.get("target", "chat_template")) == (str(target), "")
     assert ModelChoice(target, "T", "ngram").label == "T + n-gram drafting"
+
+
+def test_an_mtp_choice_sets_source_mtp_with_the_drafter_file_or_none(tmp_path: Path) -> None:
+    """F8's "integrated MTP" drafts with the target's own heads (no draft file, a draft asked
+    for); an MTP drafter file is the draft, with source mtp (never loaded as a draft model)."""
+    target, drafter = tmp_path / "t.gguf", tmp_path / "mtp.gguf"
+    for draft, d_path in ((None, ""), (drafter, str(drafter))):
+        cfg = ui_config(speculation={"source": "ngram+model"})
+        choice = ModelChoice(target, "T", "mtp", draft, "M")
+        spec = choice.spec(cfg)
+        assert spec.use_draft and spec.speculation.enabled and spec.speculation.source == "mtp"
+        assert (spec.draft.path if spec.draft else None) == draft
+        choice.apply(cfg)
+        assert (cfg.get("draft", "path"), cfg.get("draft", "enabled"), cfg.get("speculation", "source")) == (
+            d_path, True, "mtp",
+        )  # fmt: skip
+    assert ModelChoice(target, "T", "mtp").label == "T + integrated MTP"
+    assert ModelChoice(target, "T", "mtp", drafter, "M").label == "T + M (MTP drafter)"
+    # a draft model after MTP heads: mtp is no source of a draft model
+    cfg = ui_config(speculation={"source": "mtp"})
+    ModelChoice(target, "T", "model", drafter, "D").apply(cfg)
+    assert cfg.get("speculation", "source") == "auto"
+    assert set(MODEL_SOURCES) == set(DRAFT_SOURCES) - {"ngram", "mtp"}
+
+
+def test_picker_shows_memory_and_mtp_heads_and_switches_to_integrated_mtp(tiny_library: dict[str, Path]) -> None:
+    """Targets: notes, the MTP drafter file disabled; drafts: the target's own heads first, the
+    drafter file marked; heads llama.cpp cannot run dimmed with why. Choosing integrated MTP
+    loads the tiny target drafting with its heads, named in the status bar."""
+
+    async def body() -> None:
+        cfg = _config(tiny_library["lib"], ui={"engine": "thread"}, target={"n_ctx": 512})
+        app = SkippyApp(cfg, transcript=Transcript.load(CHAT_JSON), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            picker = await _open_picker(app, pilot)
+            rows = {
+                text.split("\n")[-1].strip().rsplit("/", 1)[-1]: (disabled, text) for _, disabled, text in _rows(picker)
+            }
+            assert "hybrid, MTP heads: 1" in rows["mtp.gguf"][1] and "recurrent" in rows["mamba.gguf"][1]
+            assert rows["drafter.gguf"][0] and "MTP drafter: a draft for its target" in rows["drafter.gguf"][1]
+            await _to_drafts(app, pilot, picker, "mtp2 ")
+            own = next((d, t) for _, d, t in _rows(picker) if t.startswith("integrated MTP"))
+            assert own[0] and "runs one MTP block of a qwen35 model" in own[1]
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: picker.step == "target", 10, "the target list")
+            await _to_drafts(app, pilot, picker, "mtp F32")
+            enabled = [(oid, text) for oid, disabled, text in _rows(picker) if not disabled]
+            assert enabled[0][1].startswith("integrated MTP") and "own 1 MTP head, no draft file" in enabled[0][1]
+            assert any("drafter.gguf" in t and "MTP drafter" in t for _, t in enabled)
+            await _choose(pilot, picker, enabled[0][0])
+            await wait_until(pilot, lambda: app.speculator is not None and app.switching is None, 120, "the switch")
+            spec = app.speculator
+            try:
+                assert spec.mtp_drafter is not None and spec.drafter is spec.mtp_drafter
+                assert (app.config.get("speculation", "source"), app.config.get("draft", "path")) == ("mtp", "")
+                assert "spec on mtp" in _status(app) and "rollback: snapshot" in _status(app)
+                # the drafter file: MTP heads of a file of their own, never a draft model
+                picker = await _open_picker(app, pilot)
+                await _to_drafts(app, pilot, picker, "mtp F32")
+                await _choose(pilot, picker, next(oid for oid, _, t in _rows(picker) if "drafter.gguf" in t))
+                await wait_until(pilot, lambda: app.speculator is not spec and app.switching is None, 120, "switch")
+                spec = app.speculator
+                assert spec.mtp_drafter is not None and spec.mtp_drafter.external and spec.drafter is spec.mtp_drafter
+                assert app.config.get("draft", "path") == str(tiny_library["drafter"])
+                assert "draft drafter F32" in _status(app) and "spec on mtp" in _status(app)
+            finally:
+                spec.close()
+
+    run(body())
 
 
 def test_picker_without_library_folders_says_where_it_looked(tmp_path: Path) -> None:

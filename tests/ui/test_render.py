@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from skippy_tui.engine.events import ReplyFinished, StepVerified, SyncInfo, TextSpan, TokenInfo
+from skippy_tui.engine.events import ReplyFinished, Rollback, StepVerified, SyncInfo, TextSpan, TokenInfo
 from skippy_tui.engine.sampling import SamplingParams
 from skippy_tui.engine.settings import GenerationSettings
 from skippy_tui.ui.generation import LiveGeneration
@@ -19,6 +19,8 @@ from skippy_tui.ui.render import (
     origin_text,
     proposal_cell,
     reply_footer,
+    rollback_text,
+    source_text,
     sync_short,
     visible,
 )
@@ -143,3 +145,18 @@ def test_sync_short_badges() -> None:
     ]  # fmt: skip
     for badge in ("= synced", "e extend", "t truncate", "r reset", "p plain"):
         assert badge in SYNC_LEGEND
+
+
+def test_a_steps_source_and_rollback_in_words() -> None:
+    assert source_text("mtp") == "mtp (the MTP heads)" and source_text("ngram") == "ngram (n-gram lookup)"
+    assert source_text("", proposed=False) == "none (a plain step)"
+    assert source_text("") == "not recorded"  # a proposal an old transcript kept no source of
+    assert rollback_text(Rollback("kv", 3, 0, 0.04)) == "drop 3  (the KV cache dropped 3 rows, 0.0 ms)"
+    assert rollback_text(Rollback("snapshot", 1, 0, 0.4)) == (
+        "rollback 1  (the recurrent state went back 1 row to a snapshot, 0.4 ms)"
+    )
+    assert rollback_text(Rollback("restore", 3, 2, 1.25)) == (
+        "restore 3 +2  (the recurrent state saved before the verify was restored (3 rows dropped) and "
+        "2 accepted tokens decoded again, 1.2 ms)"
+    )
+    assert rollback_text(Rollback("reset", 44, 41, 9.0)).startswith("reset +41  (nothing could drop them")

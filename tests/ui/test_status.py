@@ -73,3 +73,49 @@ def test_model_descriptions_of_a_replay_name_each_recorded_file() -> None:
     assert [line.split(":")[0] for line in lines] == ["target", "draft"]
     assert lines[0].endswith("· 'SmolLM2 135M Instruct' · /m/SmolLM2-135M-Instruct-f32.gguf")
     assert model_descriptions(None, {"target": {"name": "x"}}) == ["target: x · 'x' · path not recorded"]
+
+
+def _speculator(arch: str = "llama", source: str = "model", draft: bool = True, heads: bool = False, **kw: object):
+    """A loaded speculator as the status bar reads it: infos, drafters, settings."""
+    from types import SimpleNamespace
+
+    from skippy_tui.engine.settings import SpeculationSettings
+
+    def info(name: str, ft: str) -> SimpleNamespace:
+        return SimpleNamespace(path=f"/m/{name}.gguf", name=name, file_type=ft, architecture=arch)
+
+    mtp = SimpleNamespace(source="mtp", external=False) if heads else None
+    model = SimpleNamespace(source="model") if draft else mtp
+    drafter = {"model": model, "mtp": mtp}.get(source, SimpleNamespace(source=source))
+    fields = {
+        "target_info": info("target", "F32"), "draft_info": info("draft", "Q4_1") if draft else None,
+        "drafter": drafter, "model_drafter": model, "mtp_drafter": mtp, "n_ctx": 4096, "no_rollback": "",
+        "invariance": None, "speculation": SpeculationSettings(enabled=True, n_draft=4, source=source),
+        "verdict": lambda: None,
+    }  # fmt: skip
+    return SimpleNamespace(**{**fields, **kw})
+
+
+def test_the_status_names_the_source_in_force_and_how_a_hybrid_target_rolls_back() -> None:
+    def line(**kw: object) -> str:
+        return _line(_state(speculator=_speculator(**kw), backend="CPU"))
+
+    plain = line()
+    # the draft model drafts: the draft field names it, the speculation field needs not
+    assert "draft draft Q4_1" in plain and "spec on k=4 p_min=0" in plain and "rollback" not in plain
+    assert "spec on ngram k=4" in line(source="ngram") and "spec on k=4" in line(source="auto")
+    # the target's own heads, no draft model: mtp, and the model sources draft with them too
+    heads = line(arch="qwen35", source="mtp", draft=False, heads=True)
+    assert "draft: MTP heads" in heads and "spec on mtp k=4" in heads and "rollback: snapshot" in heads
+    assert "spec on auto (mtp) k=4" in line(arch="qwen35", source="auto", draft=False, heads=True)
+    assert "spec on ngram+mtp k=4" in line(arch="qwen35", source="ngram+model", draft=False, heads=True)
+    assert "rollback: restore" in line(arch="mamba")
+    assert "no draft model" in line(source="ngram", draft=False)
+    # narrow: the rollback field goes before the speculation state shortens
+    narrow = _line(_state(speculator=_speculator(arch="qwen35"), backend="CPU"), 100)
+    assert "rollback" not in narrow and "spec on k=4" in narrow
+    # speculation kept off by a recurrent state too large to save (the only remaining reason)
+    off = _speculator(arch="mamba", no_rollback="the target's rejected tokens could only leave by a saved state")
+    off.speculation = dataclasses.replace(off.speculation, enabled=False)
+    text = _line(_state(speculator=off, backend="CPU"))
+    assert "spec off (state too large to roll back)" in text and "recurrent model" not in text
