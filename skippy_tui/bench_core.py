@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .engine.sampling import MAX_SEED
@@ -127,6 +128,31 @@ def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunRes
         seed=finish.seed,
         by_source=by_source,
     )
+
+
+def draft_model(speculator: Any) -> Any | None:
+    """The draft model's drafter, or None when no draft model is loaded.
+
+    Without one, the engine's ``model_drafter`` is the target's MTP heads (source
+    ``model`` drafts with them); the bench names those ``mtp`` and never counts them
+    as a draft model, so that no column runs the heads under two names.
+    """
+    d = speculator.model_drafter
+    return None if d is None or d is getattr(speculator, "mtp_drafter", None) else d
+
+
+def models_meta(speculator: Any) -> dict[str, Any]:
+    """The report's model fields: target, draft model, MTP heads."""
+    draft, mtp = draft_model(speculator), getattr(speculator, "mtp_drafter", None)
+    return {
+        "target": Path(speculator.target.path).name,
+        "target_path": str(speculator.target.path),
+        "draft": Path(draft.model.path).name if draft is not None else None,
+        "draft_path": str(draft.model.path) if draft is not None else None,
+        # the file whose NextN blocks draft: the target's own, or an MTP drafter file
+        "mtp": Path(mtp.model.path).name if mtp is not None else None,
+        "mtp_external": bool(mtp.external) if mtp is not None else None,
+    }
 
 
 def messages_for(prompt: str, system: str = "") -> list[dict[str, str]]:

@@ -17,7 +17,7 @@ from typing import Any
 from .bench_core import BenchPrompt, RunResult, first_difference
 from .bench_core import ratio as _ratio
 from .bench_core import rounded as _round
-from .bench_suite import CONTROL, DEFAULT, Method, acceptance_k
+from .bench_suite import CONTROL, DEFAULT, MTP, Method, acceptance_k
 from .engine.cost_model import Costs, break_even_acceptance
 from .engine.stats import AcceptanceStats
 
@@ -127,50 +127,61 @@ def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _draft_costs(
+    verify_ms: dict[int, float], draft: float | None, syncs: list[float], ks: Sequence[int]
+) -> dict[int, float | None]:
+    """The break-even acceptance per k for a drafter of ``draft`` ms per token (empty
+    without a draft cost or a one-row verify)."""
+    if draft is None or 1 not in verify_ms:
+        return {}
+    known = sorted(verify_ms)
+    table = [_interp(verify_ms, known, b) for b in range(1, max(ks) + 2)]
+    costs = Costs(table, draft, _median(syncs) or draft, 0.0)
+    out: dict[int, float | None] = {}
+    for k in ks:
+        be = break_even_acceptance(k, costs)
+        out[k] = round(be, 3) if be is not None else None
+    return out
+
+
 def cost_summary(cells: dict[str, dict[str, Cell]], ks: Sequence[int], methods: Sequence[Method]) -> dict[str, Any]:
-    """Verify ms by batch size, draft ms per token, sync ms, break-even acceptance per k
-    (from the main columns: a second sampler's draft and verify rows cost otherwise)."""
+    """Verify ms by batch size, draft ms per token (draft model and MTP heads apart), sync
+    ms, break-even acceptance per k (from the main columns: a second sampler's draft and verify rows cost otherwise)."""
     verify: dict[int, list[float]] = {}
-    model_calls: list[float] = []
-    ngram_calls: list[float] = []
-    syncs: list[float] = []
+    calls: dict[str, list[float]] = {"model": [], "mtp": [], "ngram": []}
+    syncs: dict[str, list[float]] = {"model": [], "mtp": []}
     prefills: list[float] = []
-    main = {m.name for m in methods if not m.variant}
+    main = {m.name: m for m in methods if not m.variant}
     for row in cells.values():
         for name, cell in row.items():
             if name not in main:
                 continue
+            # one draft source at a time: fixed and adaptive k of the model, of the heads, the n-gram
+            source = main[name].settings.get("source")
             for run in cell.runs:
                 for b, v in run.verify_by_batch.items():
                     verify.setdefault(b, []).extend(v)
-                if name.startswith("k=") or name == "auto":
-                    model_calls += run.draft_call_ms
-                    syncs += run.sync_ms
-                    if run.draft_prefill_ms > 0:
+                if source in ("model", "mtp"):
+                    calls[source] += run.draft_call_ms
+                    syncs[source] += run.sync_ms
+                    if source == "model" and run.draft_prefill_ms > 0:
                         prefills.append(run.draft_prefill_ms)
-                elif name == "ngram":
-                    ngram_calls += run.draft_call_ms
+                elif source == "ngram":
+                    calls["ngram"] += run.draft_call_ms
     verify_ms = {b: round(statistics.median(v), 2) for b, v in sorted(verify.items())}
-    draft = _median(model_calls)
-    out: dict[str, Any] = {
+    draft, mtp = _median(calls["model"]), _median(calls["mtp"])
+    return {
         "verify_ms_by_batch": verify_ms,
         "verify_samples_by_batch": {b: len(v) for b, v in sorted(verify.items())},
         "draft_ms_per_token": round(draft, 3) if draft is not None else None,
-        "ngram_ms_per_lookup": round(_median(ngram_calls), 4) if ngram_calls else None,
-        "sync_ms_per_step": round(_median(syncs), 3) if syncs else None,
+        "mtp_ms_per_token": round(mtp, 3) if mtp is not None else None,
+        "ngram_ms_per_lookup": round(_median(calls["ngram"]), 4) if calls["ngram"] else None,
+        "sync_ms_per_step": round(_median(syncs["model"]), 3) if syncs["model"] else None,
+        "mtp_sync_ms_per_step": round(_median(syncs["mtp"]), 3) if syncs["mtp"] else None,
         "draft_prefill_ms": round(_median(prefills), 1) if prefills else None,
-        "break_even_acceptance": {},
+        "break_even_acceptance": _draft_costs(verify_ms, draft, syncs["model"], ks),
+        "break_even_acceptance_mtp": _draft_costs(verify_ms, mtp, syncs["mtp"], ks),
     }
-    if draft is None or 1 not in verify_ms:
-        return out
-    top = max(ks) + 1
-    known = sorted(verify_ms)
-    table = [_interp(verify_ms, known, b) for b in range(1, top + 1)]
-    costs = Costs(table, draft, _median(syncs) or draft, 0.0)
-    for k in ks:
-        be = break_even_acceptance(k, costs)
-        out["break_even_acceptance"][k] = round(be, 3) if be is not None else None
-    return out
 
 
 def _interp(v: dict[int, float], known: list[int], b: int) -> float:
@@ -200,7 +211,9 @@ def summarise(
     """
     results: dict[str, dict[str, Any]] = {}
     best: dict[str, Any] = {}
+    best_mtp: dict[str, Any] = {}
     adaptive_ok: dict[str, Any] = {}
+    mtp_adaptive_ok: dict[str, Any] = {}
     ngram_ok: dict[str, Any] = {}
     default_ok: dict[str, Any] = {}
     control: dict[str, Any] = {}
@@ -209,16 +222,12 @@ def summarise(
         plain = row.get("plain")
         results[p.name] = {m.name: {**row[m.name].summary(plain), "sampler": m.sampler} for m in methods}
         plain_tps = plain.tokens_per_second if plain else 0.0
-        fixed = {k: row[f"k={k}"].tokens_per_second for k in ks if f"k={k}" in row}
-        if fixed:
-            kb = max(fixed, key=lambda k: fixed[k])
-            best[p.name] = {"k": kb, "tokens_per_second": round(fixed[kb], 2)}
-            best[p.name]["ratio_to_plain"] = round(fixed[kb] / plain_tps, 3) if plain_tps else None
-            if "auto" in row:
-                ref = max(plain_tps, fixed[kb])
-                ratio = row["auto"].tokens_per_second / ref if ref else None
-                met = bool(ratio and ratio >= GOAL_ADAPTIVE)
-                adaptive_ok[p.name] = {"ratio": round(ratio, 3) if ratio else None, "met": met}
+        for prefix, best_of, adaptive_of in (("", best, adaptive_ok), (MTP, best_mtp, mtp_adaptive_ok)):
+            found = _best_fixed(row, ks, prefix, plain_tps)
+            if found is not None:
+                best_of[p.name], adaptive = found
+                if adaptive is not None:
+                    adaptive_of[p.name] = adaptive
         if greedy and p.kind == "rewrite" and "ngram" in row and plain_tps:
             # a copy only at temperature 0: sampled text drifts from the source it rewrites
             ratio = row["ngram"].tokens_per_second / plain_tps
@@ -243,11 +252,20 @@ def summarise(
                     "paired_ratio": round(again, 3) if again else None,
                 }
     same, total = identity_counts(cells, prompts, methods, greedy)
-    best_ok = {} if greedy else best_fixed_goal(best)
-    acceptance = None if greedy else acceptance_goal(cells, prompts, methods, greedy_ref, acceptance_k(ks))
+    # the sampled goal asks whether any fixed k pays: the best of the draft model's and the heads'
+    best_any = {
+        p: max((b for b in (best.get(p), best_mtp.get(p)) if b), key=lambda b: b["tokens_per_second"])
+        for p in dict.fromkeys([*best, *best_mtp])
+    }
+    best_ok = {} if greedy else best_fixed_goal(best_any)
+    source = acceptance_source(methods)
+    acceptance = None if greedy else acceptance_goal(cells, prompts, methods, greedy_ref, acceptance_k(ks), source)
+    costs = cost_summary(cells, ks, methods)
     goals = {
         "adaptive_vs_best": adaptive_ok,
-        "adaptive_met": all(v["met"] for v in adaptive_ok.values()) if adaptive_ok else None,
+        "adaptive_met": _all_met(adaptive_ok),
+        "mtp_adaptive_vs_best": mtp_adaptive_ok,
+        "mtp_adaptive_met": _all_met(mtp_adaptive_ok),
         "ngram_rewrite_vs_plain": ngram_ok,
         "ngram_met": all(v["met"] for v in ngram_ok.values()) if ngram_ok else None,
         "default_vs_best": default_ok,
@@ -270,9 +288,37 @@ def summarise(
         "results": results,
         "geomean_ratio_to_plain": geo,
         "best_fixed_k": best,
-        "costs": cost_summary(cells, ks, methods),
+        "best_fixed_k_mtp": best_mtp,
+        "costs": costs,
         "goals": goals,
     }
+
+
+def _all_met(entries: dict[str, Any]) -> bool | None:
+    return all(v["met"] for v in entries.values()) if entries else None
+
+
+def _best_fixed(
+    row: dict[str, Cell], ks: Sequence[int], prefix: str, plain_tps: float
+) -> tuple[dict[str, Any], dict[str, Any] | None] | None:
+    """The fastest fixed k of one draft source (columns ``{prefix}k=…``) and its adaptive
+    column's goal (``{prefix}auto`` >= 0.95 x max(plain, that k)); None without such columns."""
+    fixed = {k: row[f"{prefix}k={k}"].tokens_per_second for k in ks if f"{prefix}k={k}" in row}
+    if not fixed:
+        return None
+    kb = max(fixed, key=lambda k: fixed[k])
+    best = {
+        "k": kb,
+        "method": f"{prefix}k={kb}",
+        "tokens_per_second": round(fixed[kb], 2),
+        "ratio_to_plain": round(fixed[kb] / plain_tps, 3) if plain_tps else None,
+    }
+    auto = row.get(f"{prefix}auto")
+    if auto is None:
+        return best, None
+    ref = max(plain_tps, fixed[kb])
+    ratio = auto.tokens_per_second / ref if ref else None
+    return best, {"ratio": round(ratio, 3) if ratio else None, "met": bool(ratio and ratio >= GOAL_ADAPTIVE)}
 
 
 def expects_identity(method: Method, greedy: bool) -> bool:
@@ -303,6 +349,7 @@ def best_fixed_goal(best: dict[str, Any]) -> dict[str, Any]:
     return {
         p: {
             "k": b["k"],
+            "method": b.get("method", f"k={b['k']}"),
             "ratio": b["ratio_to_plain"],
             "met": bool(b["ratio_to_plain"] and b["ratio_to_plain"] >= GOAL_BEST_FIXED),
         }
@@ -310,12 +357,18 @@ def best_fixed_goal(best: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _model_method(methods: Sequence[Method], k: int, sampler: str) -> Method | None:
+def acceptance_source(methods: Sequence[Method]) -> str:
+    """The draft source of the acceptance goal: the draft model's, else the MTP heads'."""
+    sources = {m.settings.get("source") for m in methods}
+    return "model" if "model" in sources or "mtp" not in sources else "mtp"
+
+
+def _model_method(methods: Sequence[Method], k: int, sampler: str, source: str = "model") -> Method | None:
     return next(
         (
             m
             for m in methods
-            if m.settings.get("source") == "model" and m.settings.get("n_draft") == k and m.sampler == sampler
+            if m.settings.get("source") == source and m.settings.get("n_draft") == k and m.sampler == sampler
         ),
         None,
     )
@@ -327,13 +380,14 @@ def acceptance_goal(
     methods: Sequence[Method],
     greedy_ref: dict[str, Cell] | None,
     k: int,
+    source: str = "model",
 ) -> dict[str, Any] | None:
-    """Coupled acceptance at k over greedy acceptance at k on the same prompts
-    (pooled over prompts for the goal; per prompt, and rejection's, for reading)."""
-    coupled = _model_method(methods, k, "coupled")
+    """Coupled acceptance at k over greedy acceptance at k on the same prompts, drafting
+    with ``source`` (pooled over prompts for the goal; per prompt, and rejection's, for reading)."""
+    coupled = _model_method(methods, k, "coupled", source)
     if coupled is None or not greedy_ref:
         return None
-    rejection = _model_method(methods, k, "rejection")
+    rejection = _model_method(methods, k, "rejection", source)
 
     def rates(cell_of: Callable[[str], Cell]) -> tuple[float | None, dict[str, float | None]]:
         per = {p.name: cell_of(p.name).acceptance_rate for p in prompts}
@@ -345,6 +399,7 @@ def acceptance_goal(
     ratio = _ratio(c_all, g_all)
     out: dict[str, Any] = {
         "k": k,
+        "source": source,
         "coupled": _round(c_all),
         "greedy": _round(g_all),
         "rejection": _round(r_all),

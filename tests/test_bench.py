@@ -344,11 +344,13 @@ def test_sampled_summary_goals():
     assert set(g) == {
         "adaptive_vs_best", "adaptive_met", "ngram_rewrite_vs_plain", "ngram_met", "identical_met", "identical_runs",
         "best_fixed_vs_plain", "best_fixed_met", "acceptance_vs_greedy", "acceptance_met", "default_vs_best",
-        "default_met", "default_vs_control",
+        "default_met", "default_vs_control", "mtp_adaptive_vs_best", "mtp_adaptive_met",
     }  # fmt: skip
     assert g["identical_met"] is True and g["identical_runs"] == {"identical": 12, "total": 12}  # rejection not counted
     assert g["ngram_rewrite_vs_plain"] == {} and g["default_vs_best"]["chat"]["ratio"] == round(23 / 24, 3)
-    assert g["best_fixed_vs_plain"] == {"chat": {"k": 4, "ratio": 1.2, "met": True}} and g["best_fixed_met"] is True
+    assert g["best_fixed_vs_plain"] == {"chat": {"k": 4, "method": "k=4", "ratio": 1.2, "met": True}}
+    assert g["best_fixed_met"] is True
+    assert g["mtp_adaptive_vs_best"] == {} and g["mtp_adaptive_met"] is None  # no heads
     acc = g["acceptance_vs_greedy"]
     assert (acc["k"], acc["coupled"], acc["greedy"], acc["rejection"], acc["ratio"]) == (4, 0.75, 1.0, 0.5, 0.75)
     assert acc["met"] is False and g["acceptance_met"] is False  # 0.75 < 0.85
@@ -476,3 +478,83 @@ def test_the_paired_ratio_compares_methods_on_the_same_replies():
     assert mine.tokens_per_second / other.tokens_per_second == pytest.approx(60 / 66)
     assert mine.paired_ratio(other) == pytest.approx(150 / 160)
     assert Cell([]).paired_ratio(other) is None
+
+
+# -- hybrid and recurrent targets, MTP heads (issue 54) ---------------------------------
+
+
+def _bench_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    rc = main(["bench", "--repeats", "1", "--json", "--no-progress", "--no-warmup", *args])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    return json.loads(out.out)
+
+
+def test_without_a_draft_model_the_heads_get_mtp_columns_only(capsys, tiny_qwen35_mtp_echo):
+    """No draft model: source "model" would draft with the heads again, so there are no
+    model columns; the heads' columns run under both samplers, the coupled ones identical
+    to plain, and the acceptance goal compares the heads' sampled and greedy acceptance."""
+    report = _bench_json(capsys, "--target", str(tiny_qwen35_mtp_echo), "--prompts", "chat", "--max-tokens", "8",
+                         "--k", "2", "--temperature", "0.8", "--seed", "3",
+                         "--sampler", "coupled,rejection")  # fmt: skip
+    names = ["plain", "mtp k=2", "mtp auto", "ngram", "ngram+mtp", "default",
+             "mtp k=2 rej", "mtp auto rej", "ngram+mtp rej", "default rej"]  # fmt: skip
+    assert report["meta"]["methods"] == names and report["meta"]["draft"] is None
+    row = report["results"]["chat"]
+    for name in names:
+        if row[name]["sampler"] == "coupled":
+            assert row[name]["identical_to_plain"] is True, name
+    acc = report["goals"]["acceptance_vs_greedy"]
+    assert acc["source"] == "mtp" and acc["k"] == 2 and acc["greedy"] is not None
+    assert report["best_fixed_k"] == {} and report["costs"]["draft_ms_per_token"] is None
+    text = render_text(report)
+    assert "MTP heads in the target" in text and "mtp auto" in text
+
+
+def test_the_identity_grid_covers_the_mtp_source(capsys, tiny_qwen35_mtp_echo):
+    report = _bench_json(capsys, "--identity", "--target", str(tiny_qwen35_mtp_echo), "--prompts", "haiku",
+                         "--k", "2", "--max-tokens", "8", "--seed", "5")  # fmt: skip
+    assert report["sources"] == ["mtp", "ngram", "auto"]  # no draft model: "model" would be the heads again
+    assert report["met"] is True and report["overall"] == {"identical": 12, "total": 12, "share": 1.0}
+    assert {r["source"] for r in report["grid"]} == {"mtp", "ngram", "auto"}
+    assert "MTP heads in the target" in render_identity(report)
+
+
+def test_methods_name_the_drafter_that_drafts():
+    names = lambda **kw: [m.name for m in methods_for((2,), **kw)]  # noqa: E731
+    assert names(has_model=True, has_mtp=True) == [
+        "plain", "k=2", "auto", "mtp k=2", "mtp auto", "ngram", "ngram+model", "default"]  # fmt: skip
+    assert names(has_model=False, has_mtp=True) == ["plain", "mtp k=2", "mtp auto", "ngram", "ngram+mtp", "default"]
+    assert names(has_model=False, has_mtp=False) == ["plain", "ngram", "default"]
+    mtp = {m.name: m for m in methods_for((2,), False, has_mtp=True)}
+    assert mtp["mtp k=2"].settings["source"] == "mtp" and mtp["ngram+mtp"].settings["source"] == "ngram+model"
+    assert mtp["default"].settings == {"enabled": True, "source": "auto", "n_draft": "auto"}
+
+
+def test_identity_sources_leave_out_a_second_name_for_the_heads():
+    from skippy_tui.bench import identity_sources
+
+    heads, model = object(), object()
+
+    def sources(drafter: object, mtp: object) -> tuple[str, ...]:
+        return identity_sources(SimpleNamespace(model_drafter=drafter, mtp_drafter=mtp))
+
+    assert sources(model, heads) == ("model", "mtp", "ngram", "auto")
+    assert sources(heads, heads) == ("mtp", "ngram", "auto")  # no draft model: "model" drafts with the heads
+    assert sources(model, None) == ("model", "ngram", "auto")
+    assert sources(None, None) == ("ngram", "auto")
+
+
+def test_the_bench_asks_for_a_targets_heads_unless_drafts_are_off():
+    from pathlib import Path
+
+    from skippy_tui.bench import with_heads
+    from skippy_tui.engine.loader import EngineSpec
+    from skippy_tui.engine.settings import ModelSpec, SpeculationSettings
+
+    target = ModelSpec(Path("t.gguf"))
+    alone = EngineSpec(target, None, SpeculationSettings(), Path("."), use_draft=False)  # --target T, no --draft
+    assert with_heads(alone, draft_enabled=True).use_draft is True
+    assert with_heads(alone, draft_enabled=False).use_draft is False  # --no-draft: plain and n-gram only
+    paired = EngineSpec(target, ModelSpec(Path("d.gguf")), SpeculationSettings(), Path("."), use_draft=False)
+    assert with_heads(paired, draft_enabled=True) is paired  # a draft file, turned off: stays off
