@@ -23,7 +23,13 @@ and whether the output was token-identical to plain. Over all runs: the
 target's verify ms by batch size, the draft's ms per token, the break-even
 acceptance for each k (the per-position acceptance at which k ties plain
 decoding, from the measured costs), and the best fixed k (the draft model's and
-the heads' apart).
+the heads' apart). The header says the target's memory (attention, hybrid,
+recurrent) and how it drops rejected rows (``kv``, ``snapshot``: llama.cpp's own
+recurrent snapshots, ``restore``: a saved state restored and the kept rows decoded
+again); for every step that dropped rows the target's rollback ms, rows dropped
+and decoded again are reported by that kind, beside the same step's verify (its
+ms and rows), per method and pooled, with the goal that a snapshot rollback costs
+at most a tenth of its step's verify.
 
 Sampling (temperature > 0): every method of one (prompt, repeat) runs with the
 same seed (the base seed + the repeat index), so the coupled sampler must give

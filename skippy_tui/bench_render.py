@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .bench_core import fmt as _fmt
-from .bench_stats import GOAL_ACCEPTANCE, GOAL_ADAPTIVE, GOAL_BEST_FIXED, GOAL_DEFAULT
+from .bench_stats import GOAL_ACCEPTANCE, GOAL_ADAPTIVE, GOAL_BEST_FIXED, GOAL_DEFAULT, GOAL_ROLLBACK
 from .bench_suite import DEFAULT, MTP, PENALTIES_OFF, SHORT
 
 
@@ -144,6 +144,7 @@ def render_text(report: dict[str, Any]) -> str:
                 f"  best fixed k{whose}: "
                 + "  ".join(f"{p} k={b['k']} ({_fmt(b['ratio_to_plain'], '.2f')}x)" for p, b in report[key].items())
             )
+    lines += _rollback_lines(c, meta)
     g = report["goals"]
     lines += ["", "goals"]
     a = g.get("acceptance_vs_greedy")
@@ -164,6 +165,12 @@ def render_text(report: dict[str, Any]) -> str:
                 f"  adaptive{whose} >= {GOAL_ADAPTIVE} x max(plain, best fixed k): {_yes(g[f'{key}_met'])}  "
                 + "  ".join(f"{p} {_fmt(v['ratio'], '.2f')}" for p, v in g[f"{key}_vs_best"].items())
             )
+    rb = g.get("rollback_vs_verify")
+    if rb:
+        lines.append(
+            f"  a {rb['kind']} rollback <= {GOAL_ROLLBACK:.0%} of its step's verify: {_yes(rb['met'])}  "
+            f"{rb['share']:.1%} (median over {rb['steps']} steps)"
+        )
     if g.get("default_vs_best"):
         lines.append(
             f"  default (auto source, auto k) >= {GOAL_DEFAULT} x best other method and >= plain: "
@@ -200,11 +207,36 @@ def render_text(report: dict[str, Any]) -> str:
 
 
 def _models_label(meta: dict[str, Any]) -> str:
-    """``target T.gguf, draft D.gguf, MTP heads in the target`` (or ``of M.gguf``)."""
-    text = f"target {meta['target']}, draft {meta['draft'] or 'none'}"
+    """``target T.gguf (hybrid, rollback snapshot), draft D.gguf, MTP heads T.gguf``."""
+    memory = meta.get("target_memory")
+    target = f"target {meta['target']}" + (f" ({memory}, rollback {meta.get('target_rollback')})" if memory else "")
+    text = f"{target}, draft {meta['draft'] or 'none'}"
     if meta.get("mtp"):
         text += f", MTP heads {'of ' + meta['mtp'] if meta.get('mtp_external') else 'in the target'}"
+    if meta.get("no_rollback"):
+        text += f" (speculation off: {meta['no_rollback']})"
     return text
+
+
+def _rollback_lines(costs: dict[str, Any], meta: dict[str, Any]) -> list[str]:
+    """The target's rollbacks per kind (pooled, then per method) beside the same steps' verify."""
+    pooled = costs.get("rollback") or {}
+    if not pooled:
+        return []
+    lines = [
+        f"  target rollback of rows it verified and dropped (its rollback: {meta.get('target_rollback', '?')}; "
+        "steps that dropped rows: median ms, mean rows, median rollback / that step's verify):"
+    ]
+    rows = [("all", pooled), *((m, d) for m, d in (costs.get("rollback_by_method") or {}).items())]
+    w = max(len(name) for name, _ in rows) + 2
+    for name, by_kind in rows:
+        for via, r in by_kind.items():
+            lines.append(
+                f"    {name:<{w}}{via:<9} {r['steps']:>4} steps  {r['ms']:.3f} ms  dropped {r['dropped']:.1f}"
+                f" redecoded {r['redecoded']:.1f}  verify {r['verify_ms']:.2f} ms of {r['verify_rows']:.1f} rows"
+                f"  = {_fmt(r['share_of_verify'], '.1%')}"
+            )
+    return lines
 
 
 def _sampling_label(report: dict[str, Any], identity: bool = False) -> str:

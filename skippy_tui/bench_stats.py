@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .bench_core import BenchPrompt, RunResult, first_difference
+from .bench_core import BenchPrompt, RollbackSample, RunResult, first_difference
 from .bench_core import ratio as _ratio
 from .bench_core import rounded as _round
 from .bench_suite import CONTROL, DEFAULT, MTP, Method, acceptance_k
@@ -27,6 +27,7 @@ GOAL_DEFAULT = 0.95  # the default configuration >= 0.95 x the best other method
 GOAL_NGRAM_REWRITE = 1.5  # n-gram >= 1.5 x plain on rewrite prompts
 GOAL_BEST_FIXED = 1.05  # sampled: best fixed k >= 1.05 x plain, every prompt
 GOAL_ACCEPTANCE = 0.85  # sampled: coupled acceptance at k=4 >= 0.85 x greedy acceptance
+GOAL_ROLLBACK = 0.10  # a native (snapshot) rollback <= 0.10 x the verify of the same step's rows
 
 
 @dataclass
@@ -117,6 +118,7 @@ class Cell:
             "mean_k": round(sum(ks) / len(ks), 2) if ks else 0.0,
             "plain_step_share": round(sum(1 for k in ks if k == 0) / len(ks), 3) if ks else 0.0,
             "by_source": self.by_source(),
+            "rollback": rollback_summary([s for r in runs for s in r.rollbacks]),
             "identical_to_plain": identical,
             "first_difference": first,
             "errors": sorted({r.error for r in runs if r.reason == "error"}),
@@ -125,6 +127,32 @@ class Cell:
 
 def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
+
+
+def rollback_summary(samples: Sequence[RollbackSample]) -> dict[str, dict[str, Any]]:
+    """Per way the target dropped rows (``snapshot``, ``restore``, ``kv``, ``reset``), over
+    the steps that dropped any: ``steps``; mean rows ``dropped``, ``redecoded`` and
+    ``verify_rows`` (what the same step's verify decoded); median ``ms`` of the rollback and
+    ``verify_ms`` of the same steps; ``share_of_verify``, the median over steps of the
+    rollback's ms over its own step's verify ms (a ratio per step, so a slow stretch of a
+    shared machine slows both sides of it)."""
+    by: dict[str, list[RollbackSample]] = {}
+    for x in samples:
+        by.setdefault(x.via, []).append(x)
+    out: dict[str, dict[str, Any]] = {}
+    for via, xs in sorted(by.items()):
+        n = len(xs)
+        shares = [x.ms / x.verify_ms for x in xs if x.verify_ms > 0]
+        out[via] = {
+            "steps": n,
+            "dropped": round(sum(x.dropped for x in xs) / n, 2),
+            "redecoded": round(sum(x.redecoded for x in xs) / n, 2),
+            "ms": round(statistics.median(x.ms for x in xs), 3),
+            "verify_ms": round(statistics.median(x.verify_ms for x in xs), 3),
+            "verify_rows": round(sum(x.verify_rows for x in xs) / n, 2),
+            "share_of_verify": round(statistics.median(shares), 4) if shares else None,
+        }
+    return out
 
 
 def _draft_costs(
@@ -146,11 +174,14 @@ def _draft_costs(
 
 def cost_summary(cells: dict[str, dict[str, Cell]], ks: Sequence[int], methods: Sequence[Method]) -> dict[str, Any]:
     """Verify ms by batch size, draft ms per token (draft model and MTP heads apart), sync
-    ms, break-even acceptance per k (from the main columns: a second sampler's draft and verify rows cost otherwise)."""
+    ms, break-even acceptance per k, and the target's rollbacks beside their verifies
+    (from the main columns: a second sampler's draft and verify rows cost otherwise)."""
     verify: dict[int, list[float]] = {}
     calls: dict[str, list[float]] = {"model": [], "mtp": [], "ngram": []}
     syncs: dict[str, list[float]] = {"model": [], "mtp": []}
     prefills: list[float] = []
+    rollbacks: list[RollbackSample] = []
+    by_method: dict[str, list[RollbackSample]] = {}
     main = {m.name: m for m in methods if not m.variant}
     for row in cells.values():
         for name, cell in row.items():
@@ -161,6 +192,8 @@ def cost_summary(cells: dict[str, dict[str, Cell]], ks: Sequence[int], methods: 
             for run in cell.runs:
                 for b, v in run.verify_by_batch.items():
                     verify.setdefault(b, []).extend(v)
+                rollbacks += run.rollbacks
+                by_method.setdefault(name, []).extend(run.rollbacks)
                 if source in ("model", "mtp"):
                     calls[source] += run.draft_call_ms
                     syncs[source] += run.sync_ms
@@ -181,6 +214,8 @@ def cost_summary(cells: dict[str, dict[str, Cell]], ks: Sequence[int], methods: 
         "draft_prefill_ms": round(_median(prefills), 1) if prefills else None,
         "break_even_acceptance": _draft_costs(verify_ms, draft, syncs["model"], ks),
         "break_even_acceptance_mtp": _draft_costs(verify_ms, mtp, syncs["mtp"], ks),
+        "rollback": rollback_summary(rollbacks),
+        "rollback_by_method": {n: rollback_summary(xs) for n, xs in by_method.items() if xs},
     }
 
 
@@ -261,6 +296,7 @@ def summarise(
     source = acceptance_source(methods)
     acceptance = None if greedy else acceptance_goal(cells, prompts, methods, greedy_ref, acceptance_k(ks), source)
     costs = cost_summary(cells, ks, methods)
+    rollback = rollback_goal(costs["rollback"])
     goals = {
         "adaptive_vs_best": adaptive_ok,
         "adaptive_met": _all_met(adaptive_ok),
@@ -278,6 +314,8 @@ def summarise(
         "best_fixed_met": all(v["met"] for v in best_ok.values()) if best_ok else None,
         "acceptance_vs_greedy": acceptance,
         "acceptance_met": acceptance["met"] if acceptance else None,
+        "rollback_vs_verify": rollback,
+        "rollback_met": rollback["met"] if rollback else None,
     }
     geo = {}
     for m in methods:
@@ -319,6 +357,17 @@ def _best_fixed(
     ref = max(plain_tps, fixed[kb])
     ratio = auto.tokens_per_second / ref if ref else None
     return best, {"ratio": round(ratio, 3) if ratio else None, "met": bool(ratio and ratio >= GOAL_ADAPTIVE)}
+
+
+def rollback_goal(by_kind: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """A native rollback (``snapshot``) against its own step's verify: the goal's share
+    (:data:`GOAL_ROLLBACK`) of the median per-step ratio; None where no step rolled back
+    that way (an attention target, or one that restores a saved state)."""
+    snap = by_kind.get("snapshot")
+    if not snap or snap["share_of_verify"] is None:
+        return None
+    share = snap["share_of_verify"]
+    return {"kind": "snapshot", "steps": snap["steps"], "share": share, "met": share <= GOAL_ROLLBACK}
 
 
 def expects_identity(method: Method, greedy: bool) -> bool:
