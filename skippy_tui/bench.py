@@ -44,6 +44,10 @@ measured at 49,152 and 262,144 vocabulary sizes.
 draft model, the MTP heads, n-gram, auto) × penalties off/on, each reply compared
 token for token with plain sampling at the same seed (no timing).
 
+``tools/bench_tiny.sh`` runs the bench on tiny random-weight models (a hybrid
+target with an MTP head, a recurrent one) at T = 0 and 0.8, saving the JSON under
+``docs/results/``.
+
 The adaptive policies keep what they measured across the whole bench, as they
 do across the turns of a chat; an unmeasured warm-up pass (``--warmup``) runs
 first so that the first measured prompt does not pay for the policy's first
