@@ -169,7 +169,7 @@ def render_text(report: dict[str, Any]) -> str:
     if rb:
         lines.append(
             f"  a {rb['kind']} rollback <= {GOAL_ROLLBACK:.0%} of its step's verify: {_yes(rb['met'])}  "
-            f"{rb['share']:.1%} (median over {rb['steps']} steps)"
+            f"{rb['share']:.2%} (median over {rb['steps']} steps)"
         )
     if g.get("default_vs_best"):
         lines.append(
@@ -234,7 +234,7 @@ def _rollback_lines(costs: dict[str, Any], meta: dict[str, Any]) -> list[str]:
             lines.append(
                 f"    {name:<{w}}{via:<9} {r['steps']:>4} steps  {r['ms']:.3f} ms  dropped {r['dropped']:.1f}"
                 f" redecoded {r['redecoded']:.1f}  verify {r['verify_ms']:.2f} ms of {r['verify_rows']:.1f} rows"
-                f"  = {_fmt(r['share_of_verify'], '.1%')}"
+                f"  = {_fmt(r['share_of_verify'], '.2%')}"
             )
     return lines
 

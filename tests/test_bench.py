@@ -620,9 +620,9 @@ def test_rollbacks_are_summarised_by_kind_beside_their_verify():
                       "methods": [m.name for m in methods]}  # fmt: skip
     text = render_text(report)
     assert "target t.gguf (hybrid, rollback snapshot), draft d.gguf" in text
-    line = "    k=2  snapshot     3 steps  0.400 ms  dropped 2.0 redecoded 0.0  verify 10.00 ms of 3.0 rows  = 5.0%"
+    line = "    k=2  snapshot     3 steps  0.400 ms  dropped 2.0 redecoded 0.0  verify 10.00 ms of 3.0 rows  = 5.00%"
     assert line in text
-    assert "a snapshot rollback <= 10% of its step's verify: met  5.0% (median over 3 steps)" in text
+    assert "a snapshot rollback <= 10% of its step's verify: met  5.00% (median over 3 steps)" in text
 
 
 def test_the_bench_asks_for_a_targets_heads_unless_drafts_are_off():
