@@ -5,9 +5,13 @@ rewrite-a-given-text-with-small-edits prompts, long-form — decoded by every
 method in turn: plain decoding, fixed k (default 1, 2, 4, 8), adaptive k
 (``n_draft = "auto"``) and n-gram drafting (prompt lookup, adaptive k). Methods
 are switched at runtime with :meth:`Speculator.update`, so every figure comes
-from the same process, models and caches. Each repeat rotates the method order
-(slow drifts of a shared machine then hit every method alike); tokens/s are
-medians over repeats.
+from the same process, models and caches. A target with usable MTP heads adds
+the same fixed and adaptive k drafted by its heads (``mtp k=4``, ``mtp auto``;
+source ``mtp``); without a draft model those are the only model-drafted columns
+(source ``model`` would run the heads again) and ngram+model is ``ngram+mtp``.
+The ``default`` column is source ``auto`` in every case. Each repeat rotates the
+method order (slow drifts of a shared machine then hit every method alike);
+tokens/s are medians over repeats.
 
 What it reports, per prompt and method: tokens/s of decoding (generated
 tokens over generation time, the prompt's prefill excluded — the target's as
@@ -18,7 +22,14 @@ step, bonus not counted), acceptance by position, draft ms per drafted token,
 and whether the output was token-identical to plain. Over all runs: the
 target's verify ms by batch size, the draft's ms per token, the break-even
 acceptance for each k (the per-position acceptance at which k ties plain
-decoding, from the measured costs), and the best fixed k.
+decoding, from the measured costs), and the best fixed k (the draft model's and
+the heads' apart). The header says the target's memory (attention, hybrid,
+recurrent) and how it drops rejected rows (``kv``, ``snapshot``: llama.cpp's own
+recurrent snapshots, ``restore``: a saved state restored and the kept rows decoded
+again); for every step that dropped rows the target's rollback ms, rows dropped
+and decoded again are reported by that kind, beside the same step's verify (its
+ms and rows), per method and pooled, with the goal that a snapshot rollback costs
+at most a tenth of its step's verify.
 
 Sampling (temperature > 0): every method of one (prompt, repeat) runs with the
 same seed (the base seed + the repeat index), so the coupled sampler must give
@@ -29,9 +40,13 @@ greedy k=4 pass over the same prompts afterwards gives the acceptance the
 coupled sampler is compared with, and the sampler's own cost per verify row is
 measured at 49,152 and 262,144 vocabulary sizes.
 
-``--identity`` runs a different grid instead: prompts × k × draft source ×
-penalties off/on, each reply compared token for token with plain sampling at
-the same seed (no timing).
+``--identity`` runs a different grid instead: prompts × k × draft source (the
+draft model, the MTP heads, n-gram, auto) × penalties off/on, each reply compared
+token for token with plain sampling at the same seed (no timing).
+
+``tools/bench_tiny.sh`` runs the bench on tiny random-weight models (a hybrid
+target with an MTP head, a recurrent one) at T = 0 and 0.8, saving the JSON under
+``docs/results/``.
 
 The adaptive policies keep what they measured across the whole bench, as they
 do across the turns of a chat; an unmeasured warm-up pass (``--warmup``) runs
@@ -55,15 +70,14 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from .bench_core import BenchPrompt, Progress, prompt_tokens_cap, repeat_seed
+from .bench_core import BenchPrompt, Progress, draft_model, models_meta, prompt_tokens_cap, repeat_seed
 from .bench_core import loadavg as _loadavg
 from .bench_render import render_identity, render_text
 from .bench_run import draw_seed, run_bench, run_greedy_reference, run_identity
 from .bench_sampler import sampler_cost, target_rows
-from .bench_stats import identity_summary, summarise
+from .bench_stats import acceptance_source, identity_summary, summarise
 from .bench_suite import (
     CONTROL,
     DEFAULT_KS,
@@ -181,7 +195,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.identity and "sampling.temperature" not in cfg.present:
         cfg.set("sampling", "temperature", IDENTITY_TEMPERATURE)
     ks = args.k or (IDENTITY_KS if args.identity else DEFAULT_KS)
-    spec = cfg.engine_spec()
+    spec = with_heads(cfg.engine_spec(), cfg.get("draft", "enabled"))
     # the load checks capacity for the largest k any method will ask for
     k_top = max(*ks, spec.speculation.n_draft_max)
     if args.k:  # a --k the batch cannot hold is a bad flag (exit 2), found before any weights load
@@ -237,6 +251,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return _emit(args, report, render_identity(report) if args.identity else render_text(report))
 
 
+def with_heads(spec: Any, draft_enabled: bool) -> Any:
+    """``spec`` asking for the target's MTP heads where it names no draft file.
+
+    The loader loads a target's heads only where a draft is asked for (``use_draft``),
+    and a target named without a draft file asks for none; the bench measures every
+    draft source the target offers, so it asks unless drafts are off (``--no-draft``,
+    ``[draft] enabled = false``). A target without usable heads loads as before.
+    """
+    if spec.use_draft or spec.draft is not None or spec.target.path is None or not draft_enabled:
+        return spec
+    return dataclasses.replace(spec, use_draft=True)
+
+
 def _emit(args: argparse.Namespace, report: dict[str, Any], text: str) -> int:
     """Print the report (text, or JSON with ``--json``) and write ``--save``; the exit status."""
     from .engine.jsoncache import atomic_write_text
@@ -268,9 +295,9 @@ def _bench_report(
 ) -> dict[str, Any]:
     """The suite: every method, then (sampled) the greedy reference and the sampler's cost."""
     greedy = gen.sampling.greedy
-    has_model = speculator.model_drafter is not None
-    methods = methods_for(ks, has_model, samplers, control=getattr(args, "control", False))
-    reference = has_model and not greedy
+    has_model, has_mtp = draft_model(speculator) is not None, speculator.mtp_drafter is not None
+    methods = methods_for(ks, has_model, samplers, control=getattr(args, "control", False), has_mtp=has_mtp)
+    reference = (has_model or has_mtp) and not greedy
     total = len(prompts) * (len(methods) * args.repeats + reference) + (0 if args.no_warmup else len(methods))
     progress = Progress(total, enabled=not args.no_progress)
     try:
@@ -286,8 +313,9 @@ def _bench_report(
             base_seed,
             fresh=args.fresh,
         )
+        k_ref, source_ref = acceptance_k(ks), acceptance_source(methods)
         greedy_ref = (
-            run_greedy_reference(speculator, gen, prompts, acceptance_k(ks), progress, system) if reference else None
+            run_greedy_reference(speculator, gen, prompts, k_ref, progress, system, source_ref) if reference else None
         )
     finally:
         progress.close()
@@ -312,7 +340,7 @@ def _identity_report(
     system: str,
 ) -> dict[str, Any]:
     """The identity grid: no warm-up and no timing, one reply per case."""
-    sources = ("model", "ngram", "auto") if speculator.model_drafter is not None else ("ngram", "auto")
+    sources = identity_sources(speculator)
     grid_ks: list[int | str] = [*ks, "auto"]
     total = len(prompts) * 2 * (1 + len(samplers) * len(sources) * len(grid_ks))
     progress = Progress(total, enabled=not args.no_progress)
@@ -329,15 +357,20 @@ def _identity_report(
     }
 
 
+def identity_sources(speculator: Any) -> tuple[str, ...]:
+    """The identity grid's draft sources: the draft model and the MTP heads where loaded
+    (without a draft model, source ``model`` would run the heads again), the n-gram, auto."""
+    model = ("model",) if draft_model(speculator) is not None else ()
+    mtp = ("mtp",) if speculator.mtp_drafter is not None else ()
+    return (*model, *mtp, "ngram", "auto")
+
+
 def _meta(speculator: Any, spec: Any, gen: Any, prompts: Sequence[BenchPrompt], ks: Sequence[int]) -> dict[str, Any]:
-    """What ran where: models, threads, context, lengths; how verification stays exact."""
-    has_model = speculator.model_drafter is not None
+    """What ran where: models (and how the target drops rejected rows), threads, context,
+    lengths; how verification stays exact."""
     inv = speculator.invariance
     return {
-        "target": Path(speculator.target.path).name,
-        "target_path": str(speculator.target.path),
-        "draft": Path(speculator.model_drafter.model.path).name if has_model else None,
-        "draft_path": str(speculator.model_drafter.model.path) if has_model else None,
+        **models_meta(speculator),
         "threads": _threads(spec.target.load.threads),
         "n_ctx": speculator.n_ctx,  # the configured window; the contexts grow to it
         "n_vocab": speculator.target.n_vocab,

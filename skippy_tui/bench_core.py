@@ -11,8 +11,10 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from .engine.arch import memory_kind
 from .engine.sampling import MAX_SEED
 from .engine.stats import AcceptanceStats
 
@@ -30,6 +32,33 @@ class BenchPrompt:
 def repeat_seed(base: int, repeat: int) -> int:
     """The seed of every method in one repeat (or of one prompt in the identity grid)."""
     return (base + repeat) % (MAX_SEED + 1)
+
+
+@dataclass(frozen=True)
+class RollbackSample:
+    """One step whose target dropped rows it had verified (a rejection, or drafts past the
+    reply's end): how (``via``: ``kv``, ``snapshot``, ``restore`` or ``reset``), rows
+    dropped and decoded again, the rollback's ms, and the same step's verify: its ms and
+    the rows it decoded (those the rollback dropped among them)."""
+
+    via: str
+    dropped: int
+    redecoded: int
+    ms: float
+    verify_ms: float
+    verify_rows: int
+
+
+def rollback_sample(ev: Any) -> RollbackSample | None:
+    """The :class:`RollbackSample` of a step event, or None when it dropped nothing."""
+    rb = ev.rollback
+    if rb is None:
+        return None
+    # the cache held n_past_after - redecoded + dropped rows before the rollback, and
+    # n_past_before before the verify: the difference is what the verify decoded (a
+    # snapshot target judges chunk by chunk and may stop before the batch's end)
+    rows = ev.n_past_after - rb.redecoded + rb.dropped - ev.n_past_before
+    return RollbackSample(rb.via, rb.dropped, rb.redecoded, rb.ms, ev.verify_ms, rows)
 
 
 @dataclass
@@ -57,6 +86,8 @@ class RunResult:
     by_source: dict[str, list[float]] = field(default_factory=dict)
     """Per step kind (``model``, ``ngram``: what proposed; ``plain``: nothing did): [steps,
     tokens committed, ms of sync + draft + verify]."""
+    rollbacks: list[RollbackSample] = field(default_factory=list)
+    """Every step whose target dropped rows (the rollback's cost beside its verify's)."""
 
     def acceptance(self) -> AcceptanceStats:
         """This run's acceptance counts as the engine's accumulator (timings left at 0)."""
@@ -85,6 +116,7 @@ def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunRes
     finish = None
     draft_prefill_ms = 0.0
     by_source: dict[str, list[float]] = {}
+    rollbacks: list[RollbackSample] = []
     for ev in speculator.run(messages, gen):
         if ev.type == "reply_started":
             draft_prefill_ms = ev.draft_prefill_ms  # the draft's prompt fill, outside generation time
@@ -97,6 +129,8 @@ def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunRes
             kind = ev.draft_source or "plain"
             steps, tokens, ms = by_source.get(kind, (0, 0, 0.0))
             by_source[kind] = [steps + 1, tokens + ev.n_committed, ms + ev.sync_ms + ev.draft_ms + ev.verify_ms]
+            if (sample := rollback_sample(ev)) is not None:
+                rollbacks.append(sample)
             if ev.k > 0:
                 draft_ms += ev.draft_ms
                 calls.append(ev.draft_ms / max(1, min(ev.k, m + 1)))
@@ -126,7 +160,38 @@ def run_once(speculator: Any, prompt: str, gen: Any, system: str = "") -> RunRes
         draft_prefill_ms=draft_prefill_ms,
         seed=finish.seed,
         by_source=by_source,
+        rollbacks=rollbacks,
     )
+
+
+def draft_model(speculator: Any) -> Any | None:
+    """The draft model's drafter, or None when no draft model is loaded.
+
+    Without one, the engine's ``model_drafter`` is the target's MTP heads (source
+    ``model`` drafts with them); the bench names those ``mtp`` and never counts them
+    as a draft model, so that no column runs the heads under two names.
+    """
+    d = speculator.model_drafter
+    return None if d is None or d is getattr(speculator, "mtp_drafter", None) else d
+
+
+def models_meta(speculator: Any) -> dict[str, Any]:
+    """The report's model fields: target, draft model, MTP heads, and how the target's
+    memory drops rejected rows (:mod:`.engine.arch`)."""
+    draft, mtp = draft_model(speculator), getattr(speculator, "mtp_drafter", None)
+    return {
+        "target": Path(speculator.target.path).name,
+        "target_path": str(speculator.target.path),
+        "target_memory": memory_kind(speculator.target.arch),
+        "target_rollback": speculator.target_cache.ctx.rollback,
+        "draft": Path(draft.model.path).name if draft is not None else None,
+        "draft_path": str(draft.model.path) if draft is not None else None,
+        # the file whose NextN blocks draft: the target's own, or an MTP drafter file
+        "mtp": Path(mtp.model.path).name if mtp is not None else None,
+        "mtp_external": bool(mtp.external) if mtp is not None else None,
+        # why speculation stays off on this target (a state too large to save), or ""
+        "no_rollback": getattr(speculator, "no_rollback", ""),
+    }
 
 
 def messages_for(prompt: str, system: str = "") -> list[dict[str, str]]:

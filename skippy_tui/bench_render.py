@@ -6,15 +6,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from .bench_core import fmt as _fmt
-from .bench_stats import GOAL_ACCEPTANCE, GOAL_BEST_FIXED, GOAL_DEFAULT
-from .bench_suite import DEFAULT, PENALTIES_OFF, SHORT
+from .bench_stats import GOAL_ACCEPTANCE, GOAL_ADAPTIVE, GOAL_BEST_FIXED, GOAL_DEFAULT, GOAL_ROLLBACK
+from .bench_suite import DEFAULT, MTP, PENALTIES_OFF, SHORT
 
 
 def render_identity(report: dict[str, Any]) -> str:
     """The identity grid as text: rows (sampler, source, k), columns penalties off/on."""
     meta = report["meta"]
     lines = [
-        f"skippy-tui bench --identity — target {meta['target']}, draft {meta['draft'] or 'none'}",
+        f"skippy-tui bench --identity — {_models_label(meta)}",
         f"same-seed identity with plain decoding: {_sampling_label(report, identity=True)}, "
         f"max {meta['max_tokens']} tokens (long-form x2), {len(meta['prompts'])} prompts, "
         f"seed {report['seed']} + prompt index",
@@ -59,7 +59,7 @@ def render_text(report: dict[str, Any]) -> str:
     meta = report["meta"]
     methods = meta["methods"]
     lines = [
-        f"skippy-tui bench — target {meta['target']}, draft {meta['draft'] or 'none'}",
+        f"skippy-tui bench — {_models_label(meta)}",
         f"{meta['threads']} threads, {_sampling_label(report)}, max {meta['max_tokens']} tokens "
         f"(long-form x2), median of {meta['repeats']} repeat(s), n_draft_max {meta['n_draft_max']}"
         + (", every reply from a fresh adaptive state" if meta.get("fresh") else ""),
@@ -106,9 +106,10 @@ def render_text(report: dict[str, Any]) -> str:
         pooled = _pooled_positions(report, m)
         if pooled:
             lines.append(f"  {m:<{mw}}" + " ".join(f"{i + 1}:{a:.0%}" for i, a in enumerate(pooled)))
-    lines += ["", "k chosen by auto / ngram (mean k, share of plain steps)"]
+    adaptive = [m for m in ("auto", MTP + "auto", "ngram") if m in methods]
+    lines += ["", f"k chosen by {' / '.join(adaptive)} (mean k, share of plain steps)"]
     for p, row in report["results"].items():
-        parts = [f"{m} {row[m]['mean_k']:.1f}, {row[m]['plain_step_share']:.0%}" for m in ("auto", "ngram") if m in row]
+        parts = [f"{m} {row[m]['mean_k']:.1f}, {row[m]['plain_step_share']:.0%}" for m in adaptive]
         lines.append(f"  {p:<{w}}" + ";  ".join(parts))
     if any(DEFAULT in row for row in report["results"].values()):
         lines += ["", f"{DEFAULT}'s steps by kind (tokens/s of its sync + draft + verify, share of that time)"]
@@ -124,24 +125,26 @@ def render_text(report: dict[str, Any]) -> str:
     lines.append("  verify ms by batch size: " + "  ".join(f"{b}:{v:.1f}" for b, v in c["verify_ms_by_batch"].items()))
     lines.append(
         f"  draft ms per token: {_fmt(c['draft_ms_per_token'])} (model), "
-        f"{_fmt(c['ngram_ms_per_lookup'], '.3f')} (n-gram lookup);  "
+        + (f"{_fmt(c.get('mtp_ms_per_token'))} (MTP heads), " if c.get("mtp_ms_per_token") is not None else "")
+        + f"{_fmt(c['ngram_ms_per_lookup'], '.3f')} (n-gram lookup);  "
         f"draft sync per step: {_fmt(c['sync_ms_per_step'])} ms"
     )
     if c.get("draft_prefill_ms") is not None:
         lines.append(f"  draft's prefill of a prompt (not in tokens/s): {c['draft_prefill_ms']:.0f} ms")
-    if c["break_even_acceptance"]:
-        lines.append(
-            "  break-even acceptance per position: "
-            + "  ".join(f"k={k}:{_fmt(v, '.0%', 'never')}" for k, v in c["break_even_acceptance"].items())
-        )
-    lines += _sampler_cost_lines(report.get("sampler_cost_us"))
-    if report["best_fixed_k"]:
-        lines.append(
-            "  best fixed k: "
-            + "  ".join(
-                f"{p} k={b['k']} ({_fmt(b['ratio_to_plain'], '.2f')}x)" for p, b in report["best_fixed_k"].items()
+    for key, whose in (("break_even_acceptance", ""), ("break_even_acceptance_mtp", " (MTP heads)")):
+        if c.get(key):
+            lines.append(
+                f"  break-even acceptance per position{whose}: "
+                + "  ".join(f"k={k}:{_fmt(v, '.0%', 'never')}" for k, v in c[key].items())
             )
-        )
+    lines += _sampler_cost_lines(report.get("sampler_cost_us"))
+    for key, whose in (("best_fixed_k", ""), ("best_fixed_k_mtp", " (MTP heads)")):
+        if report.get(key):
+            lines.append(
+                f"  best fixed k{whose}: "
+                + "  ".join(f"{p} k={b['k']} ({_fmt(b['ratio_to_plain'], '.2f')}x)" for p, b in report[key].items())
+            )
+    lines += _rollback_lines(c, meta)
     g = report["goals"]
     lines += ["", "goals"]
     a = g.get("acceptance_vs_greedy")
@@ -156,10 +159,17 @@ def render_text(report: dict[str, Any]) -> str:
             f"  best fixed k >= {GOAL_BEST_FIXED} x plain: {_yes(g['best_fixed_met'])}  "
             + "  ".join(f"{p} {_fmt(v['ratio'], '.2f')}x" for p, v in g["best_fixed_vs_plain"].items())
         )
-    if g["adaptive_vs_best"]:
+    for key, whose in (("adaptive", ""), ("mtp_adaptive", " (MTP heads)")):
+        if g.get(f"{key}_vs_best"):
+            lines.append(
+                f"  adaptive{whose} >= {GOAL_ADAPTIVE} x max(plain, best fixed k): {_yes(g[f'{key}_met'])}  "
+                + "  ".join(f"{p} {_fmt(v['ratio'], '.2f')}" for p, v in g[f"{key}_vs_best"].items())
+            )
+    rb = g.get("rollback_vs_verify")
+    if rb:
         lines.append(
-            f"  adaptive >= 0.95 x max(plain, best fixed k): {_yes(g['adaptive_met'])}  "
-            + "  ".join(f"{p} {v['ratio']:.2f}" for p, v in g["adaptive_vs_best"].items())
+            f"  a {rb['kind']} rollback <= {GOAL_ROLLBACK:.0%} of its step's verify: {_yes(rb['met'])}  "
+            f"{rb['share']:.2%} (median over {rb['steps']} steps)"
         )
     if g.get("default_vs_best"):
         lines.append(
@@ -194,6 +204,39 @@ def render_text(report: dict[str, Any]) -> str:
             f"({runs['identical']}/{runs['total']} runs)"
         )
     return "\n".join(lines)
+
+
+def _models_label(meta: dict[str, Any]) -> str:
+    """``target T.gguf (hybrid, rollback snapshot), draft D.gguf, MTP heads T.gguf``."""
+    memory = meta.get("target_memory")
+    target = f"target {meta['target']}" + (f" ({memory}, rollback {meta.get('target_rollback')})" if memory else "")
+    text = f"{target}, draft {meta['draft'] or 'none'}"
+    if meta.get("mtp"):
+        text += f", MTP heads {'of ' + meta['mtp'] if meta.get('mtp_external') else 'in the target'}"
+    if meta.get("no_rollback"):
+        text += f" (speculation off: {meta['no_rollback']})"
+    return text
+
+
+def _rollback_lines(costs: dict[str, Any], meta: dict[str, Any]) -> list[str]:
+    """The target's rollbacks per kind (pooled, then per method) beside the same steps' verify."""
+    pooled = costs.get("rollback") or {}
+    if not pooled:
+        return []
+    lines = [
+        f"  target rollback of rows it verified and dropped (its rollback: {meta.get('target_rollback', '?')}; "
+        "steps that dropped rows: median ms, mean rows, median rollback / that step's verify):"
+    ]
+    rows = [("all", pooled), *((m, d) for m, d in (costs.get("rollback_by_method") or {}).items())]
+    w = max(len(name) for name, _ in rows) + 2
+    for name, by_kind in rows:
+        for via, r in by_kind.items():
+            lines.append(
+                f"    {name:<{w}}{via:<9} {r['steps']:>4} steps  {r['ms']:.3f} ms  dropped {r['dropped']:.1f}"
+                f" redecoded {r['redecoded']:.1f}  verify {r['verify_ms']:.2f} ms of {r['verify_rows']:.1f} rows"
+                f"  = {_fmt(r['share_of_verify'], '.2%')}"
+            )
+    return lines
 
 
 def _sampling_label(report: dict[str, Any], identity: bool = False) -> str:

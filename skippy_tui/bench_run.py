@@ -83,14 +83,16 @@ def run_greedy_reference(
     k: int,
     progress: Progress | None = None,
     system: str = "",
+    source: str = "model",
 ) -> dict[str, Cell]:
-    """Greedy k on every prompt once (greedy is deterministic), after the measured runs.
+    """Greedy k drafting with ``source`` (the draft model, or the MTP heads) on every
+    prompt once (greedy is deterministic), after the measured runs.
 
     Only its acceptance is used; it runs last so that the adaptive policy's
     acceptance estimates, shared by every method of a draft source, are not
     fed greedy steps while the sampled methods are measured.
     """
-    m = greedy_method(k)
+    m = greedy_method(k, source)
     speculator.update(**m.settings)
     out = {}
     for p in prompts:

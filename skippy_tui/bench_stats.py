@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .bench_core import BenchPrompt, RunResult, first_difference
+from .bench_core import BenchPrompt, RollbackSample, RunResult, first_difference
 from .bench_core import ratio as _ratio
 from .bench_core import rounded as _round
-from .bench_suite import CONTROL, DEFAULT, Method, acceptance_k
+from .bench_suite import CONTROL, DEFAULT, MTP, Method, acceptance_k
 from .engine.cost_model import Costs, break_even_acceptance
 from .engine.stats import AcceptanceStats
 
@@ -27,6 +27,7 @@ GOAL_DEFAULT = 0.95  # the default configuration >= 0.95 x the best other method
 GOAL_NGRAM_REWRITE = 1.5  # n-gram >= 1.5 x plain on rewrite prompts
 GOAL_BEST_FIXED = 1.05  # sampled: best fixed k >= 1.05 x plain, every prompt
 GOAL_ACCEPTANCE = 0.85  # sampled: coupled acceptance at k=4 >= 0.85 x greedy acceptance
+GOAL_ROLLBACK = 0.10  # a native (snapshot) rollback <= 0.10 x the verify of the same step's rows
 
 
 @dataclass
@@ -117,6 +118,7 @@ class Cell:
             "mean_k": round(sum(ks) / len(ks), 2) if ks else 0.0,
             "plain_step_share": round(sum(1 for k in ks if k == 0) / len(ks), 3) if ks else 0.0,
             "by_source": self.by_source(),
+            "rollback": rollback_summary([s for r in runs for s in r.rollbacks]),
             "identical_to_plain": identical,
             "first_difference": first,
             "errors": sorted({r.error for r in runs if r.reason == "error"}),
@@ -127,50 +129,94 @@ def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def rollback_summary(samples: Sequence[RollbackSample]) -> dict[str, dict[str, Any]]:
+    """Per way the target dropped rows (``snapshot``, ``restore``, ``kv``, ``reset``), over
+    the steps that dropped any: ``steps``; mean rows ``dropped``, ``redecoded`` and
+    ``verify_rows`` (what the same step's verify decoded); median ``ms`` of the rollback and
+    ``verify_ms`` of the same steps; ``share_of_verify``, the median over steps of the
+    rollback's ms over its own step's verify ms (a ratio per step, so a slow stretch of a
+    shared machine slows both sides of it)."""
+    by: dict[str, list[RollbackSample]] = {}
+    for x in samples:
+        by.setdefault(x.via, []).append(x)
+    out: dict[str, dict[str, Any]] = {}
+    for via, xs in sorted(by.items()):
+        n = len(xs)
+        shares = [x.ms / x.verify_ms for x in xs if x.verify_ms > 0]
+        out[via] = {
+            "steps": n,
+            "dropped": round(sum(x.dropped for x in xs) / n, 2),
+            "redecoded": round(sum(x.redecoded for x in xs) / n, 2),
+            "ms": round(statistics.median(x.ms for x in xs), 3),
+            "verify_ms": round(statistics.median(x.verify_ms for x in xs), 3),
+            "verify_rows": round(sum(x.verify_rows for x in xs) / n, 2),
+            "share_of_verify": round(statistics.median(shares), 4) if shares else None,
+        }
+    return out
+
+
+def _draft_costs(
+    verify_ms: dict[int, float], draft: float | None, syncs: list[float], ks: Sequence[int]
+) -> dict[int, float | None]:
+    """The break-even acceptance per k for a drafter of ``draft`` ms per token (empty
+    without a draft cost or a one-row verify)."""
+    if draft is None or 1 not in verify_ms:
+        return {}
+    known = sorted(verify_ms)
+    table = [_interp(verify_ms, known, b) for b in range(1, max(ks) + 2)]
+    costs = Costs(table, draft, _median(syncs) or draft, 0.0)
+    out: dict[int, float | None] = {}
+    for k in ks:
+        be = break_even_acceptance(k, costs)
+        out[k] = round(be, 3) if be is not None else None
+    return out
+
+
 def cost_summary(cells: dict[str, dict[str, Cell]], ks: Sequence[int], methods: Sequence[Method]) -> dict[str, Any]:
-    """Verify ms by batch size, draft ms per token, sync ms, break-even acceptance per k
+    """Verify ms by batch size, draft ms per token (draft model and MTP heads apart), sync
+    ms, break-even acceptance per k, and the target's rollbacks beside their verifies
     (from the main columns: a second sampler's draft and verify rows cost otherwise)."""
     verify: dict[int, list[float]] = {}
-    model_calls: list[float] = []
-    ngram_calls: list[float] = []
-    syncs: list[float] = []
+    calls: dict[str, list[float]] = {"model": [], "mtp": [], "ngram": []}
+    syncs: dict[str, list[float]] = {"model": [], "mtp": []}
     prefills: list[float] = []
-    main = {m.name for m in methods if not m.variant}
+    rollbacks: list[RollbackSample] = []
+    by_method: dict[str, list[RollbackSample]] = {}
+    main = {m.name: m for m in methods if not m.variant}
     for row in cells.values():
         for name, cell in row.items():
             if name not in main:
                 continue
+            # one draft source at a time: fixed and adaptive k of the model, of the heads, the n-gram
+            source = main[name].settings.get("source")
             for run in cell.runs:
                 for b, v in run.verify_by_batch.items():
                     verify.setdefault(b, []).extend(v)
-                if name.startswith("k=") or name == "auto":
-                    model_calls += run.draft_call_ms
-                    syncs += run.sync_ms
-                    if run.draft_prefill_ms > 0:
+                rollbacks += run.rollbacks
+                by_method.setdefault(name, []).extend(run.rollbacks)
+                if source in ("model", "mtp"):
+                    calls[source] += run.draft_call_ms
+                    syncs[source] += run.sync_ms
+                    if source == "model" and run.draft_prefill_ms > 0:
                         prefills.append(run.draft_prefill_ms)
-                elif name == "ngram":
-                    ngram_calls += run.draft_call_ms
+                elif source == "ngram":
+                    calls["ngram"] += run.draft_call_ms
     verify_ms = {b: round(statistics.median(v), 2) for b, v in sorted(verify.items())}
-    draft = _median(model_calls)
-    out: dict[str, Any] = {
+    draft, mtp = _median(calls["model"]), _median(calls["mtp"])
+    return {
         "verify_ms_by_batch": verify_ms,
         "verify_samples_by_batch": {b: len(v) for b, v in sorted(verify.items())},
         "draft_ms_per_token": round(draft, 3) if draft is not None else None,
-        "ngram_ms_per_lookup": round(_median(ngram_calls), 4) if ngram_calls else None,
-        "sync_ms_per_step": round(_median(syncs), 3) if syncs else None,
+        "mtp_ms_per_token": round(mtp, 3) if mtp is not None else None,
+        "ngram_ms_per_lookup": round(_median(calls["ngram"]), 4) if calls["ngram"] else None,
+        "sync_ms_per_step": round(_median(syncs["model"]), 3) if syncs["model"] else None,
+        "mtp_sync_ms_per_step": round(_median(syncs["mtp"]), 3) if syncs["mtp"] else None,
         "draft_prefill_ms": round(_median(prefills), 1) if prefills else None,
-        "break_even_acceptance": {},
+        "break_even_acceptance": _draft_costs(verify_ms, draft, syncs["model"], ks),
+        "break_even_acceptance_mtp": _draft_costs(verify_ms, mtp, syncs["mtp"], ks),
+        "rollback": rollback_summary(rollbacks),
+        "rollback_by_method": {n: rollback_summary(xs) for n, xs in by_method.items() if xs},
     }
-    if draft is None or 1 not in verify_ms:
-        return out
-    top = max(ks) + 1
-    known = sorted(verify_ms)
-    table = [_interp(verify_ms, known, b) for b in range(1, top + 1)]
-    costs = Costs(table, draft, _median(syncs) or draft, 0.0)
-    for k in ks:
-        be = break_even_acceptance(k, costs)
-        out["break_even_acceptance"][k] = round(be, 3) if be is not None else None
-    return out
 
 
 def _interp(v: dict[int, float], known: list[int], b: int) -> float:
@@ -200,7 +246,9 @@ def summarise(
     """
     results: dict[str, dict[str, Any]] = {}
     best: dict[str, Any] = {}
+    best_mtp: dict[str, Any] = {}
     adaptive_ok: dict[str, Any] = {}
+    mtp_adaptive_ok: dict[str, Any] = {}
     ngram_ok: dict[str, Any] = {}
     default_ok: dict[str, Any] = {}
     control: dict[str, Any] = {}
@@ -209,16 +257,12 @@ def summarise(
         plain = row.get("plain")
         results[p.name] = {m.name: {**row[m.name].summary(plain), "sampler": m.sampler} for m in methods}
         plain_tps = plain.tokens_per_second if plain else 0.0
-        fixed = {k: row[f"k={k}"].tokens_per_second for k in ks if f"k={k}" in row}
-        if fixed:
-            kb = max(fixed, key=lambda k: fixed[k])
-            best[p.name] = {"k": kb, "tokens_per_second": round(fixed[kb], 2)}
-            best[p.name]["ratio_to_plain"] = round(fixed[kb] / plain_tps, 3) if plain_tps else None
-            if "auto" in row:
-                ref = max(plain_tps, fixed[kb])
-                ratio = row["auto"].tokens_per_second / ref if ref else None
-                met = bool(ratio and ratio >= GOAL_ADAPTIVE)
-                adaptive_ok[p.name] = {"ratio": round(ratio, 3) if ratio else None, "met": met}
+        for prefix, best_of, adaptive_of in (("", best, adaptive_ok), (MTP, best_mtp, mtp_adaptive_ok)):
+            found = _best_fixed(row, ks, prefix, plain_tps)
+            if found is not None:
+                best_of[p.name], adaptive = found
+                if adaptive is not None:
+                    adaptive_of[p.name] = adaptive
         if greedy and p.kind == "rewrite" and "ngram" in row and plain_tps:
             # a copy only at temperature 0: sampled text drifts from the source it rewrites
             ratio = row["ngram"].tokens_per_second / plain_tps
@@ -243,11 +287,21 @@ def summarise(
                     "paired_ratio": round(again, 3) if again else None,
                 }
     same, total = identity_counts(cells, prompts, methods, greedy)
-    best_ok = {} if greedy else best_fixed_goal(best)
-    acceptance = None if greedy else acceptance_goal(cells, prompts, methods, greedy_ref, acceptance_k(ks))
+    # the sampled goal asks whether any fixed k pays: the best of the draft model's and the heads'
+    best_any = {
+        p: max((b for b in (best.get(p), best_mtp.get(p)) if b), key=lambda b: b["tokens_per_second"])
+        for p in dict.fromkeys([*best, *best_mtp])
+    }
+    best_ok = {} if greedy else best_fixed_goal(best_any)
+    source = acceptance_source(methods)
+    acceptance = None if greedy else acceptance_goal(cells, prompts, methods, greedy_ref, acceptance_k(ks), source)
+    costs = cost_summary(cells, ks, methods)
+    rollback = rollback_goal(costs["rollback"])
     goals = {
         "adaptive_vs_best": adaptive_ok,
-        "adaptive_met": all(v["met"] for v in adaptive_ok.values()) if adaptive_ok else None,
+        "adaptive_met": _all_met(adaptive_ok),
+        "mtp_adaptive_vs_best": mtp_adaptive_ok,
+        "mtp_adaptive_met": _all_met(mtp_adaptive_ok),
         "ngram_rewrite_vs_plain": ngram_ok,
         "ngram_met": all(v["met"] for v in ngram_ok.values()) if ngram_ok else None,
         "default_vs_best": default_ok,
@@ -260,6 +314,8 @@ def summarise(
         "best_fixed_met": all(v["met"] for v in best_ok.values()) if best_ok else None,
         "acceptance_vs_greedy": acceptance,
         "acceptance_met": acceptance["met"] if acceptance else None,
+        "rollback_vs_verify": rollback,
+        "rollback_met": rollback["met"] if rollback else None,
     }
     geo = {}
     for m in methods:
@@ -270,9 +326,48 @@ def summarise(
         "results": results,
         "geomean_ratio_to_plain": geo,
         "best_fixed_k": best,
-        "costs": cost_summary(cells, ks, methods),
+        "best_fixed_k_mtp": best_mtp,
+        "costs": costs,
         "goals": goals,
     }
+
+
+def _all_met(entries: dict[str, Any]) -> bool | None:
+    return all(v["met"] for v in entries.values()) if entries else None
+
+
+def _best_fixed(
+    row: dict[str, Cell], ks: Sequence[int], prefix: str, plain_tps: float
+) -> tuple[dict[str, Any], dict[str, Any] | None] | None:
+    """The fastest fixed k of one draft source (columns ``{prefix}k=…``) and its adaptive
+    column's goal (``{prefix}auto`` >= 0.95 x max(plain, that k)); None without such columns."""
+    fixed = {k: row[f"{prefix}k={k}"].tokens_per_second for k in ks if f"{prefix}k={k}" in row}
+    if not fixed:
+        return None
+    kb = max(fixed, key=lambda k: fixed[k])
+    best = {
+        "k": kb,
+        "method": f"{prefix}k={kb}",
+        "tokens_per_second": round(fixed[kb], 2),
+        "ratio_to_plain": round(fixed[kb] / plain_tps, 3) if plain_tps else None,
+    }
+    auto = row.get(f"{prefix}auto")
+    if auto is None:
+        return best, None
+    ref = max(plain_tps, fixed[kb])
+    ratio = auto.tokens_per_second / ref if ref else None
+    return best, {"ratio": round(ratio, 3) if ratio else None, "met": bool(ratio and ratio >= GOAL_ADAPTIVE)}
+
+
+def rollback_goal(by_kind: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """A native rollback (``snapshot``) against its own step's verify: the goal's share
+    (:data:`GOAL_ROLLBACK`) of the median per-step ratio; None where no step rolled back
+    that way (an attention target, or one that restores a saved state)."""
+    snap = by_kind.get("snapshot")
+    if not snap or snap["share_of_verify"] is None:
+        return None
+    share = snap["share_of_verify"]
+    return {"kind": "snapshot", "steps": snap["steps"], "share": share, "met": share <= GOAL_ROLLBACK}
 
 
 def expects_identity(method: Method, greedy: bool) -> bool:
@@ -303,6 +398,7 @@ def best_fixed_goal(best: dict[str, Any]) -> dict[str, Any]:
     return {
         p: {
             "k": b["k"],
+            "method": b.get("method", f"k={b['k']}"),
             "ratio": b["ratio_to_plain"],
             "met": bool(b["ratio_to_plain"] and b["ratio_to_plain"] >= GOAL_BEST_FIXED),
         }
@@ -310,12 +406,18 @@ def best_fixed_goal(best: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _model_method(methods: Sequence[Method], k: int, sampler: str) -> Method | None:
+def acceptance_source(methods: Sequence[Method]) -> str:
+    """The draft source of the acceptance goal: the draft model's, else the MTP heads'."""
+    sources = {m.settings.get("source") for m in methods}
+    return "model" if "model" in sources or "mtp" not in sources else "mtp"
+
+
+def _model_method(methods: Sequence[Method], k: int, sampler: str, source: str = "model") -> Method | None:
     return next(
         (
             m
             for m in methods
-            if m.settings.get("source") == "model" and m.settings.get("n_draft") == k and m.sampler == sampler
+            if m.settings.get("source") == source and m.settings.get("n_draft") == k and m.sampler == sampler
         ),
         None,
     )
@@ -327,13 +429,14 @@ def acceptance_goal(
     methods: Sequence[Method],
     greedy_ref: dict[str, Cell] | None,
     k: int,
+    source: str = "model",
 ) -> dict[str, Any] | None:
-    """Coupled acceptance at k over greedy acceptance at k on the same prompts
-    (pooled over prompts for the goal; per prompt, and rejection's, for reading)."""
-    coupled = _model_method(methods, k, "coupled")
+    """Coupled acceptance at k over greedy acceptance at k on the same prompts, drafting
+    with ``source`` (pooled over prompts for the goal; per prompt, and rejection's, for reading)."""
+    coupled = _model_method(methods, k, "coupled", source)
     if coupled is None or not greedy_ref:
         return None
-    rejection = _model_method(methods, k, "rejection")
+    rejection = _model_method(methods, k, "rejection", source)
 
     def rates(cell_of: Callable[[str], Cell]) -> tuple[float | None, dict[str, float | None]]:
         per = {p.name: cell_of(p.name).acceptance_rate for p in prompts}
@@ -345,6 +448,7 @@ def acceptance_goal(
     ratio = _ratio(c_all, g_all)
     out: dict[str, Any] = {
         "k": k,
+        "source": source,
         "coupled": _round(c_all),
         "greedy": _round(g_all),
         "rejection": _round(r_all),

@@ -122,40 +122,63 @@ state. Equal methods, so its ratio to the default is what the bench's noise alon
 two methods (an A/A comparison); it is no "other method" of the default's goal."""
 
 
-def methods_for(
-    ks: Sequence[int], has_model: bool, samplers: Sequence[str] = ("coupled",), control: bool = False
-) -> list[Method]:
-    """plain, k=… (fixed), auto, ngram, ngram+model and the default configuration (auto
-    source and k); model methods only with a draft.
+MTP = "mtp "
+"""The name prefix of the MTP heads' columns (``mtp k=4``, ``mtp auto``)."""
 
-    Every method runs under ``samplers[0]``; each further sampler repeats the
-    model methods (``k=4 rej``). Plain decoding is the same under any sampler.
-    ``control``: the default once more, last (:data:`CONTROL`).
+
+def _drafting(prefix: str, source: str, ks: Sequence[int]) -> list[tuple[str, dict[str, Any]]]:
+    """Fixed k and adaptive k with one draft source: ``k=4``, ``auto`` (or ``mtp k=4``, ``mtp auto``)."""
+    out = [(f"{prefix}k={k}", {"enabled": True, "source": source, "n_draft": k}) for k in ks]
+    out.append((f"{prefix}auto", {"enabled": True, "source": source, "n_draft": "auto"}))
+    return out
+
+
+def methods_for(
+    ks: Sequence[int],
+    has_model: bool,
+    samplers: Sequence[str] = ("coupled",),
+    control: bool = False,
+    has_mtp: bool = False,
+) -> list[Method]:
+    """plain, k=… (fixed) and auto with the draft model, ``mtp k=…`` and ``mtp auto`` with
+    the target's MTP heads, ngram, ngram+model and the default configuration (auto source
+    and k); each drafting column only where its drafter is loaded.
+
+    ``has_model``: a draft model is loaded; ``has_mtp``: MTP heads are. Without a draft
+    model the engine's ``model`` source drafts with the heads, so the model columns would
+    repeat the mtp ones: they are left out, and ngram+model (the n-gram, else the heads)
+    is named ``ngram+mtp``. The default is source ``auto`` in every case (it uses the
+    draft model where there is one, else the heads, else the n-gram alone).
+
+    Every method runs under ``samplers[0]``; each further sampler repeats the methods a
+    model or head drafts for (``k=4 rej``, ``mtp k=4 rej``). Plain decoding is the same
+    under any sampler. ``control``: the default once more, last (:data:`CONTROL`).
     """
     first = {"sampler": samplers[0]}
+    drafting = _drafting("", "model", ks) if has_model else []
+    drafting += _drafting(MTP, "mtp", ks) if has_mtp else []
+    combined = "ngram+model" if has_model else "ngram+mtp" if has_mtp else ""
+    late = [(combined, {"enabled": True, "source": "ngram+model", "n_draft": "auto"})] if combined else []
+    late.append((DEFAULT, {"enabled": True, "source": "auto", "n_draft": "auto"}))
+    drafted = has_model or has_mtp  # a drafter with probabilities: the sampler matters
     out = [Method("plain", {"enabled": False}, sampling=first)]
-    model = [(f"k={k}", {"enabled": True, "source": "model", "n_draft": k}) for k in ks]
-    model.append(("auto", {"enabled": True, "source": "model", "n_draft": "auto"}))
-    model.append(("ngram+model", {"enabled": True, "source": "ngram+model", "n_draft": "auto"}))
-    model.append((DEFAULT, {"enabled": True, "source": "auto", "n_draft": "auto"}))
-    if has_model:
-        out += [Method(name, st, True, first) for name, st in model[:-2]]
+    out += [Method(name, st, True, first) for name, st in drafting]
     out.append(Method("ngram", {"enabled": True, "source": "ngram", "n_draft": "auto"}, sampling=first))
-    if has_model:
-        out += [Method(name, st, True, first) for name, st in model[-2:]]
-    else:  # the default without a draft model: auto between the n-gram proposal and plain
-        out.append(Method(DEFAULT, model[-1][1], False, first))
-    for s in samplers[1:] if has_model else ():
-        out += [Method(f"{name} {SHORT[s]}", st, True, {"sampler": s}, SHORT[s]) for name, st in model]
+    out += [Method(name, st, drafted, first) for name, st in late]
+    for s in samplers[1:] if drafted else ():
+        out += [Method(f"{name} {SHORT[s]}", st, True, {"sampler": s}, SHORT[s]) for name, st in drafting + late]
     if control:
         default = next(m for m in out if m.name == DEFAULT)
         out.append(Method(CONTROL, default.settings, default.needs_model, default.sampling, "control"))
     return out
 
 
-def greedy_method(k: int) -> Method:
-    """Greedy decoding at fixed k: the acceptance a sampled k is compared with."""
-    return Method(f"k={k} greedy", {"enabled": True, "source": "model", "n_draft": k}, True, {"temperature": 0.0})
+def greedy_method(k: int, source: str = "model") -> Method:
+    """Greedy decoding at fixed k with ``source``: the acceptance a sampled k is compared with."""
+    prefix = MTP if source == "mtp" else ""
+    return Method(
+        f"{prefix}k={k} greedy", {"enabled": True, "source": source, "n_draft": k}, True, {"temperature": 0.0}
+    )
 
 
 def acceptance_k(ks: Sequence[int]) -> int:

@@ -8,11 +8,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from skippy_tui.bench_core import Progress, RunResult, first_difference, repeat_seed
+from skippy_tui.bench_core import Progress, RollbackSample, RunResult, first_difference, repeat_seed
 from skippy_tui.bench_render import render_identity, render_text
 from skippy_tui.bench_run import run_bench, run_greedy_reference, run_identity
 from skippy_tui.bench_sampler import resize_row, sampler_cost
-from skippy_tui.bench_stats import Cell, IdentityCase, identity_summary, summarise
+from skippy_tui.bench_stats import Cell, IdentityCase, identity_summary, rollback_summary, summarise
 from skippy_tui.bench_suite import SUITE, Method, methods_for
 from skippy_tui.cli import build_parser, main
 from skippy_tui.engine.sampling import SamplingParams
@@ -344,11 +344,14 @@ def test_sampled_summary_goals():
     assert set(g) == {
         "adaptive_vs_best", "adaptive_met", "ngram_rewrite_vs_plain", "ngram_met", "identical_met", "identical_runs",
         "best_fixed_vs_plain", "best_fixed_met", "acceptance_vs_greedy", "acceptance_met", "default_vs_best",
-        "default_met", "default_vs_control",
+        "default_met", "default_vs_control", "mtp_adaptive_vs_best", "mtp_adaptive_met", "rollback_vs_verify",
+        "rollback_met",
     }  # fmt: skip
     assert g["identical_met"] is True and g["identical_runs"] == {"identical": 12, "total": 12}  # rejection not counted
     assert g["ngram_rewrite_vs_plain"] == {} and g["default_vs_best"]["chat"]["ratio"] == round(23 / 24, 3)
-    assert g["best_fixed_vs_plain"] == {"chat": {"k": 4, "ratio": 1.2, "met": True}} and g["best_fixed_met"] is True
+    assert g["best_fixed_vs_plain"] == {"chat": {"k": 4, "method": "k=4", "ratio": 1.2, "met": True}}
+    assert g["best_fixed_met"] is True
+    assert g["mtp_adaptive_vs_best"] == {} and g["rollback_vs_verify"] is None  # no heads, no rollback measured
     acc = g["acceptance_vs_greedy"]
     assert (acc["k"], acc["coupled"], acc["greedy"], acc["rejection"], acc["ratio"]) == (4, 0.75, 1.0, 0.5, 0.75)
     assert acc["met"] is False and g["acceptance_met"] is False  # 0.75 < 0.85
@@ -476,3 +479,162 @@ def test_the_paired_ratio_compares_methods_on_the_same_replies():
     assert mine.tokens_per_second / other.tokens_per_second == pytest.approx(60 / 66)
     assert mine.paired_ratio(other) == pytest.approx(150 / 160)
     assert Cell([]).paired_ratio(other) is None
+
+
+# -- hybrid and recurrent targets, MTP heads (issue 54) ---------------------------------
+
+
+def _bench_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    rc = main(["bench", "--repeats", "1", "--json", "--no-progress", "--no-warmup", *args])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    return json.loads(out.out)
+
+
+def test_mtp_columns_and_snapshot_rollbacks_on_a_hybrid_target(capsys, tiny_qwen35_mtp_echo, tiny_models):
+    """A qwen35 target with an MTP head and a draft model that rejects almost everything
+    (another seed): the model and the mtp columns side by side, all token-identical to
+    plain, and the target's snapshot rollbacks beside the same steps' verify."""
+    rejecting = tiny_models("qwen35", seed=1)
+    report = _bench_json(capsys, "--target", str(tiny_qwen35_mtp_echo), "--draft", str(rejecting),
+                         "--prompts", "rewrite-replace", "--max-tokens", "12", "--k", "2")  # fmt: skip
+    meta = report["meta"]
+    assert (meta["target_memory"], meta["target_rollback"]) == ("hybrid", "snapshot")
+    assert meta["draft"] == rejecting.name and meta["mtp"] == tiny_qwen35_mtp_echo.name and not meta["mtp_external"]
+    names = ["plain", "k=2", "auto", "mtp k=2", "mtp auto", "ngram", "ngram+model", "default"]
+    assert meta["methods"] == names
+    row = report["results"]["rewrite-replace"]
+    for name in names:
+        assert row[name]["identical_to_plain"] is True and row[name]["n_tokens"] == 12, name
+    assert set(row["mtp k=2"]["by_source"]) <= {"mtp", "plain"} and "mtp" in row["mtp k=2"]["by_source"]
+    assert set(row["k=2"]["by_source"]) <= {"model", "plain"}
+    assert report["goals"]["identical_met"] is True
+    costs = report["costs"]
+    assert costs["draft_ms_per_token"] > 0 and costs["mtp_ms_per_token"] > 0
+    assert set(costs["break_even_acceptance_mtp"]) == {"2"} and "rewrite-replace" in report["best_fixed_k_mtp"]
+    assert "rewrite-replace" in report["goals"]["mtp_adaptive_vs_best"]
+    # the rejecting draft's steps rolled the target back by its snapshots: no row decoded again
+    snap = costs["rollback"]["snapshot"]
+    assert snap["steps"] > 0 and snap["dropped"] > 0 and snap["redecoded"] == 0
+    assert snap["verify_ms"] > 0 and snap["verify_rows"] > 1 and snap["share_of_verify"] is not None
+    k2 = row["k=2"]["rollback"]["snapshot"]  # k=2 verifies 3 rows at most, and dropped 1 or 2 of them
+    assert k2["steps"] > 0 and 1 <= k2["dropped"] <= 2 and 2 <= k2["verify_rows"] <= 3
+    assert costs["rollback_by_method"]["k=2"] == {"snapshot": k2}  # one prompt: the method's pooled figures
+    goal = report["goals"]["rollback_vs_verify"]
+    assert goal["kind"] == "snapshot" and goal["share"] == snap["share_of_verify"]
+    assert report["goals"]["rollback_met"] is goal["met"]
+
+
+def test_restore_rollbacks_on_a_recurrent_target(capsys, tiny_mamba_echo, tiny_models):
+    """A mamba target restores the state saved before the verify and decodes the kept rows
+    again: the report says so, and there is no snapshot goal to meet."""
+    report = _bench_json(capsys, "--target", str(tiny_mamba_echo), "--draft", str(tiny_models("mamba", seed=1)),
+                         "--prompts", "chat", "--max-tokens", "10", "--k", "2")  # fmt: skip
+    meta = report["meta"]
+    assert (meta["target_memory"], meta["target_rollback"], meta["mtp"]) == ("recurrent", "restore", None)
+    assert meta["methods"] == ["plain", "k=2", "auto", "ngram", "ngram+model", "default"]
+    assert report["goals"]["identical_met"] is True
+    restore = report["costs"]["rollback"]["restore"]
+    assert restore["steps"] > 0 and restore["dropped"] >= 1 and restore["redecoded"] >= 1 and restore["ms"] > 0
+    assert report["goals"]["rollback_vs_verify"] is None and report["goals"]["rollback_met"] is None
+
+
+def test_without_a_draft_model_the_heads_get_mtp_columns_only(capsys, tiny_qwen35_mtp_echo):
+    """No draft model: source "model" would draft with the heads again, so there are no
+    model columns; the heads' columns run under both samplers, the coupled ones identical
+    to plain, and the acceptance goal compares the heads' sampled and greedy acceptance."""
+    report = _bench_json(capsys, "--target", str(tiny_qwen35_mtp_echo), "--prompts", "chat", "--max-tokens", "8",
+                         "--k", "2", "--temperature", "0.8", "--seed", "3",
+                         "--sampler", "coupled,rejection")  # fmt: skip
+    names = ["plain", "mtp k=2", "mtp auto", "ngram", "ngram+mtp", "default",
+             "mtp k=2 rej", "mtp auto rej", "ngram+mtp rej", "default rej"]  # fmt: skip
+    assert report["meta"]["methods"] == names and report["meta"]["draft"] is None
+    row = report["results"]["chat"]
+    for name in names:
+        if row[name]["sampler"] == "coupled":
+            assert row[name]["identical_to_plain"] is True, name
+    acc = report["goals"]["acceptance_vs_greedy"]
+    assert acc["source"] == "mtp" and acc["k"] == 2 and acc["greedy"] is not None
+    assert report["best_fixed_k"] == {} and report["costs"]["draft_ms_per_token"] is None
+    text = render_text(report)
+    assert "MTP heads in the target" in text and "mtp auto" in text and "(hybrid, rollback snapshot)" in text
+
+
+def test_the_identity_grid_covers_the_mtp_source(capsys, tiny_qwen35_mtp_echo):
+    report = _bench_json(capsys, "--identity", "--target", str(tiny_qwen35_mtp_echo), "--prompts", "haiku",
+                         "--k", "2", "--max-tokens", "8", "--seed", "5")  # fmt: skip
+    assert report["sources"] == ["mtp", "ngram", "auto"]  # no draft model: "model" would be the heads again
+    assert report["met"] is True and report["overall"] == {"identical": 12, "total": 12, "share": 1.0}
+    assert {r["source"] for r in report["grid"]} == {"mtp", "ngram", "auto"}
+    assert "MTP heads in the target" in render_identity(report)
+
+
+def test_methods_name_the_drafter_that_drafts():
+    names = lambda **kw: [m.name for m in methods_for((2,), **kw)]  # noqa: E731
+    assert names(has_model=True, has_mtp=True) == [
+        "plain", "k=2", "auto", "mtp k=2", "mtp auto", "ngram", "ngram+model", "default"]  # fmt: skip
+    assert names(has_model=False, has_mtp=True) == ["plain", "mtp k=2", "mtp auto", "ngram", "ngram+mtp", "default"]
+    assert names(has_model=False, has_mtp=False) == ["plain", "ngram", "default"]
+    mtp = {m.name: m for m in methods_for((2,), False, has_mtp=True)}
+    assert mtp["mtp k=2"].settings["source"] == "mtp" and mtp["ngram+mtp"].settings["source"] == "ngram+model"
+    assert mtp["default"].settings == {"enabled": True, "source": "auto", "n_draft": "auto"}
+
+
+def test_identity_sources_leave_out_a_second_name_for_the_heads():
+    from skippy_tui.bench import identity_sources
+
+    heads, model = object(), object()
+
+    def sources(drafter: object, mtp: object) -> tuple[str, ...]:
+        return identity_sources(SimpleNamespace(model_drafter=drafter, mtp_drafter=mtp))
+
+    assert sources(model, heads) == ("model", "mtp", "ngram", "auto")
+    assert sources(heads, heads) == ("mtp", "ngram", "auto")  # no draft model: "model" drafts with the heads
+    assert sources(model, None) == ("model", "ngram", "auto")
+    assert sources(None, None) == ("ngram", "auto")
+
+
+def test_rollbacks_are_summarised_by_kind_beside_their_verify():
+    """Medians of the rollback and of the same steps' verify; the share is per step."""
+    samples = [
+        RollbackSample("snapshot", 3, 0, 0.2, 10.0, 4),
+        RollbackSample("snapshot", 1, 0, 0.6, 12.0, 2),
+        RollbackSample("snapshot", 2, 0, 0.4, 2.0, 3),
+        RollbackSample("restore", 4, 1, 5.0, 10.0, 5),
+    ]
+    s = rollback_summary(samples)
+    assert list(s) == ["restore", "snapshot"]
+    assert s["snapshot"] == {"steps": 3, "dropped": 2.0, "redecoded": 0.0, "ms": 0.4, "verify_ms": 10.0,
+                             "verify_rows": 3.0, "share_of_verify": 0.05}  # fmt: skip
+    assert s["restore"]["share_of_verify"] == 0.5 and s["restore"]["redecoded"] == 1.0
+    prompts = [p for p in SUITE if p.name == "chat"]
+    methods = methods_for((2,), True)
+    cells = {"chat": {m.name: Cell([_run(20, (1, 2, 3), 4, 3)]) for m in methods}}
+    cells["chat"]["k=2"].runs[0].rollbacks = samples[:3]
+    report = summarise(cells, prompts, methods, (2,), greedy=True)
+    assert report["results"]["chat"]["k=2"]["rollback"] == {"snapshot": s["snapshot"]}
+    assert report["costs"]["rollback_by_method"] == {"k=2": {"snapshot": s["snapshot"]}}
+    assert report["goals"]["rollback_vs_verify"] == {"kind": "snapshot", "steps": 3, "share": 0.05, "met": True}
+    report["meta"] = {"target": "t.gguf", "target_memory": "hybrid", "target_rollback": "snapshot", "draft": "d.gguf",
+                      "threads": 2, "greedy": True, "max_tokens": 8, "repeats": 1, "n_draft_max": 8,
+                      "methods": [m.name for m in methods]}  # fmt: skip
+    text = render_text(report)
+    assert "target t.gguf (hybrid, rollback snapshot), draft d.gguf" in text
+    line = "    k=2  snapshot     3 steps  0.400 ms  dropped 2.0 redecoded 0.0  verify 10.00 ms of 3.0 rows  = 5.00%"
+    assert line in text
+    assert "a snapshot rollback <= 10% of its step's verify: met  5.00% (median over 3 steps)" in text
+
+
+def test_the_bench_asks_for_a_targets_heads_unless_drafts_are_off():
+    from pathlib import Path
+
+    from skippy_tui.bench import with_heads
+    from skippy_tui.engine.loader import EngineSpec
+    from skippy_tui.engine.settings import ModelSpec, SpeculationSettings
+
+    target = ModelSpec(Path("t.gguf"))
+    alone = EngineSpec(target, None, SpeculationSettings(), Path("."), use_draft=False)  # --target T, no --draft
+    assert with_heads(alone, draft_enabled=True).use_draft is True
+    assert with_heads(alone, draft_enabled=False).use_draft is False  # --no-draft: plain and n-gram only
+    paired = EngineSpec(target, ModelSpec(Path("d.gguf")), SpeculationSettings(), Path("."), use_draft=False)
+    assert with_heads(paired, draft_enabled=True) is paired  # a draft file, turned off: stays off
