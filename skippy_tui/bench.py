@@ -195,7 +195,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.identity and "sampling.temperature" not in cfg.present:
         cfg.set("sampling", "temperature", IDENTITY_TEMPERATURE)
     ks = args.k or (IDENTITY_KS if args.identity else DEFAULT_KS)
-    spec = with_heads(cfg.engine_spec(), cfg.get("draft", "enabled"))
+    spec = cfg.engine_spec()  # a target's MTP heads load unless drafts are off (EngineSpec.heads)
     # the load checks capacity for the largest k any method will ask for
     k_top = max(*ks, spec.speculation.n_draft_max)
     if args.k:  # a --k the batch cannot hold is a bad flag (exit 2), found before any weights load
@@ -249,19 +249,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     finally:
         speculator.close()
     return _emit(args, report, render_identity(report) if args.identity else render_text(report))
-
-
-def with_heads(spec: Any, draft_enabled: bool) -> Any:
-    """``spec`` asking for the target's MTP heads where it names no draft file.
-
-    The loader loads a target's heads only where a draft is asked for (``use_draft``),
-    and a target named without a draft file asks for none; the bench measures every
-    draft source the target offers, so it asks unless drafts are off (``--no-draft``,
-    ``[draft] enabled = false``). A target without usable heads loads as before.
-    """
-    if spec.use_draft or spec.draft is not None or spec.target.path is None or not draft_enabled:
-        return spec
-    return dataclasses.replace(spec, use_draft=True)
 
 
 def _emit(args: argparse.Namespace, report: dict[str, Any], text: str) -> int:

@@ -623,18 +623,3 @@ def test_rollbacks_are_summarised_by_kind_beside_their_verify():
     line = "    k=2  snapshot     3 steps  0.400 ms  dropped 2.0 redecoded 0.0  verify 10.00 ms of 3.0 rows  = 5.00%"
     assert line in text
     assert "a snapshot rollback <= 10% of its step's verify: met  5.00% (median over 3 steps)" in text
-
-
-def test_the_bench_asks_for_a_targets_heads_unless_drafts_are_off():
-    from pathlib import Path
-
-    from skippy_tui.bench import with_heads
-    from skippy_tui.engine.loader import EngineSpec
-    from skippy_tui.engine.settings import ModelSpec, SpeculationSettings
-
-    target = ModelSpec(Path("t.gguf"))
-    alone = EngineSpec(target, None, SpeculationSettings(), Path("."), use_draft=False)  # --target T, no --draft
-    assert with_heads(alone, draft_enabled=True).use_draft is True
-    assert with_heads(alone, draft_enabled=False).use_draft is False  # --no-draft: plain and n-gram only
-    paired = EngineSpec(target, ModelSpec(Path("d.gguf")), SpeculationSettings(), Path("."), use_draft=False)
-    assert with_heads(paired, draft_enabled=True) is paired  # a draft file, turned off: stays off
