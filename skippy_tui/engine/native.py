@@ -495,8 +495,12 @@ class Context:
 
     def _make_batch(self) -> None:
         self._batch = _L.llama_batch_init(self.n_batch, 0, 1)
+        self._tok = np.ctypeslib.as_array(self._batch.token, shape=(self.n_batch,))
+        self._wire_batch()
+
+    def _wire_batch(self) -> None:
+        """Views of the batch's positions and logits flags; every row in sequence 0."""
         b = self._batch
-        self._tok = np.ctypeslib.as_array(b.token, shape=(self.n_batch,))
         self._pos = np.ctypeslib.as_array(b.pos, shape=(self.n_batch,))
         self._logits_flag = np.ctypeslib.as_array(b.logits, shape=(self.n_batch,))
         np.ctypeslib.as_array(b.n_seq_id, shape=(self.n_batch,))[:] = 1
