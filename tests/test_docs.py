@@ -112,6 +112,35 @@ def test_the_readme_links_every_docs_page() -> None:
     assert [str(p.relative_to(ROOT)) for p in pages if p.resolve() not in linked] == []
 
 
+def _readme_keys() -> str:
+    """The first column of the README's keys table, lower case, without spaces."""
+    lines = README.read_text(encoding="utf-8").split("\n## Keys\n", 1)[1].split("\n## ", 1)[0].splitlines()
+    return " ".join(line.split("|")[1] for line in lines if line.startswith("|")).lower().replace(" ", "")
+
+
+def test_the_readme_keys_table_lists_every_key_of_the_app() -> None:
+    """Every app binding (what F1 lists) and every palette command without a key."""
+    from textual.binding import Binding
+
+    from skippy_tui.ui.app import SkippyApp
+    from skippy_tui.ui.commands import COMMANDS
+
+    table = _readme_keys()
+    names = {"escape": "esc", "up": "↑", "down": "↓"}
+    bindings = [b for b in SkippyApp.BINDINGS if isinstance(b, Binding)]
+    missing = []
+    for b in bindings:
+        for key in b.key.split(","):
+            shown = "+".join(names.get(part, part) for part in key.split("+"))
+            if shown not in table:
+                missing.append(f"{shown} ({b.action})")
+    assert missing == []
+    bound = {b.action for b in bindings} | {b.action.split("(")[0] for b in bindings}
+    keyless = [title for title, _, action in COMMANDS if action not in bound and action.split("(")[0] not in bound]
+    text = README.read_text(encoding="utf-8")
+    assert keyless and [t for t in keyless if t not in text] == []
+
+
 def test_the_checker_sees_what_github_sees(tmp_path: Path) -> None:
     """Slugs, repeated headings, code spans and fences, the way GitHub renders them."""
     assert slug("RPC: beyond one machine") == "rpc-beyond-one-machine"
