@@ -44,6 +44,7 @@ from .adaptive import AdaptiveK, FixedK, KPolicy
 from .bounds import ContextCapacity, validate_capacity, validate_prompt_len
 from .chat import ChatTemplate, Message, prompt_tokens
 from .chooser import SourceChooser
+from .combined import HANDOFF, AutoDrafter, build_drafter
 from .cost_model import best_k
 from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import BoundsError, ContextFullError, SkippyError
@@ -54,7 +55,7 @@ from .kvcache import KvCache
 from .measurements import VerifyCosts
 from .mtp import MtpDrafter
 from .native import Context, Model
-from .ngram import HANDOFF, NGRAM_LOOKUP_MS, AutoDrafter, NgramDrafter, build_drafter
+from .ngram import NGRAM_LOOKUP_MS, NgramDrafter
 from .sampling import PenaltyWindow
 from .settings import GenerationSettings, SpeculationSettings
 from .step import (
