@@ -73,3 +73,13 @@ def test_model_descriptions_of_a_replay_name_each_recorded_file() -> None:
     assert [line.split(":")[0] for line in lines] == ["target", "draft"]
     assert lines[0].endswith("· 'SmolLM2 135M Instruct' · /m/SmolLM2-135M-Instruct-f32.gguf")
     assert model_descriptions(None, {"target": {"name": "x"}}) == ["target: x · 'x' · path not recorded"]
+
+
+def test_while_loading_it_says_the_stage_and_why_and_narrows_to_what() -> None:
+    from skippy_tui.engine.loader import PROBE_STAGE
+
+    st = _state(loading=True, load_stage=PROBE_STAGE)
+    assert _line(st) == PROBE_STAGE and "exact" in PROBE_STAGE  # what is measured, and why
+    assert _line(st, 60) == "measuring batch invariance"
+    assert _line(st, 20) == "loading models…"
+    assert _line(_state(loading=True, load_stage="loading target SmolLM2 Q4_1")) == "loading target SmolLM2 Q4_1"
