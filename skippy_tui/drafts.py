@@ -24,6 +24,7 @@ import statistics
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .bench_core import RunResult, run_once
@@ -33,7 +34,7 @@ from .engine.errors import SkippyError
 from .engine.loader import EngineSpec, load_speculator
 from .engine.measurements import VerifyCosts
 from .engine.sampling import SamplingParams
-from .engine.settings import GenerationSettings, ModelSpec
+from .engine.settings import GenerationSettings, numeric_settings
 from .library import DraftCandidate, LibraryEntry, human_params, human_size, table
 
 K = 4
@@ -92,6 +93,7 @@ class DraftResult:
     candidate: DraftCandidate
     measurement: DraftMeasurement | None = None
     error: str | None = None
+    settings: str = ""  # the numeric settings it was measured with (settings.numeric_settings)
 
     def to_dict(self) -> dict[str, Any]:
         e = self.candidate.entry
@@ -108,6 +110,8 @@ class DraftResult:
             d["measurement"] = dataclasses.asdict(self.measurement)
         if self.error is not None:
             d["error"] = self.error
+        if self.settings:
+            d["draft_settings"] = self.settings
         return d
 
 
@@ -259,25 +263,27 @@ def _checked(run: RunResult) -> RunResult:
 
 
 def measure_all(
-    base: EngineSpec,
+    spec_for: Callable[[Path], EngineSpec],
     candidates: Sequence[DraftCandidate],
     max_tokens: int = MAX_TOKENS,
     on_start: Callable[[int, DraftCandidate], None] | None = None,
 ) -> list[DraftResult]:
     """Measure every compatible candidate (one pair loaded at a time) and rank them by
     estimated speedup, best first; a pair that fails keeps its one-line reason and
-    goes last. ``base``: the target's spec; each draft inherits its load settings."""
+    goes last. ``spec_for(path)``: the spec with that draft, its load settings as the
+    config makes them (the target's numeric ones for the target's own file)."""
     results = []
     todo = [c for c in candidates if c.compatible]
     for i, c in enumerate(todo):
         if on_start is not None:
             on_start(i, c)
-        load = base.draft.load if base.draft is not None else base.target.load
-        spec = dataclasses.replace(base, draft=ModelSpec(c.entry.path, load))
+        settings = ""
         try:
-            results.append(DraftResult(c, measure_draft(spec, max_tokens=max_tokens)))
+            spec = spec_for(c.entry.path)
+            settings = numeric_settings(spec.target.load, spec.draft.load if spec.draft else spec.target.load)
+            results.append(DraftResult(c, measure_draft(spec, max_tokens=max_tokens), settings=settings))
         except SkippyError as e:
-            results.append(DraftResult(c, error=str(e)))
+            results.append(DraftResult(c, error=str(e), settings=settings))
     return rank(results)
 
 
@@ -335,6 +341,8 @@ def render(target: Any, results: Sequence[DraftResult], others: Sequence[DraftCa
         lines.append(f"compatible drafts, ranked by estimated speedup (greedy, k={k}, {len(PROMPTS)} prompts):")
         lines.append(table(rows, right=(0, 3, 4, 5, 6, 7, 8)))
         lines += [f"  {r.candidate.entry.name}: failed: {r.error}" for r in results if r.error is not None]
+        # a draft with other kernels than its target's disagrees with it by their rounding alone
+        lines += [f"  {r.candidate.entry.name} runs with {r.settings}" for r in results if r.settings]
         lines.append(
             "ACCEPT: accepted / drafted tokens; MEAN_ACC: accepted per step (bonus not counted); DRAFT_COST: "
             "ms per draft token / ms per target token; EST_SPEEDUP: the cost model; MEASURED: tokens/s vs plain"
@@ -396,14 +404,18 @@ def cmd_drafts(args: argparse.Namespace) -> int:
     if args.measure and results:
         cfg = load_config(getattr(args, "config", None))
         cfg.set("target", "path", str(target.path))
-        cfg.set("draft", "path", str(results[0].candidate.entry.path))  # the [draft] load keys apply
         cfg.set("draft", "enabled", True)
-        base = cfg.engine_spec()
+
+        def spec_for(path: Path) -> EngineSpec:  # the [draft] load keys apply, as in the app
+            cfg.set("draft", "path", str(path))
+            return cfg.engine_spec()
+
+        spec_for(results[0].candidate.entry.path)  # a config problem: one line, before anything loads
 
         def started(i: int, c: DraftCandidate) -> None:
             sys.stderr.write(f"measuring {c.entry.name} ({c.entry.path.name}) {i + 1}/{len(results)}\n")
 
-        results = measure_all(base, candidates, args.max_tokens, started)
+        results = measure_all(spec_for, candidates, args.max_tokens, started)
     n_broken = sum(e.broken for e in entries)
     if args.json:
         doc = {

@@ -148,6 +148,7 @@ def test_a_reply_in_the_child_equals_the_reply_in_process(
     proxy = load_in_process(spec)
     try:
         assert proxy.pid != os.getpid() and proxy.n_ctx == 1024 and proxy.drafter.source == "model"
+        assert proxy.draft_settings == here.draft_settings and proxy.draft_settings.startswith("the target's: ")
         got = list(proxy.run(MESSAGES, gen))
         assert [type(e) for e in got] == [type(e) for e in expected]
         assert isinstance(got[0], ReplyStarted) and isinstance(got[-1], ReplyFinished)

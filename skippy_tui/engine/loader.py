@@ -24,7 +24,7 @@ from .gguf_info import ModelInfo, cached_model_info
 from .invariance import cached_probe, probe_rows
 from .native import Context, LoadParams, Model
 from .repack import repack_crash
-from .settings import ModelSpec, SpeculationSettings, validate_load_params
+from .settings import ModelSpec, SpeculationSettings, numeric_settings, validate_load_params
 from .speculator import Speculator
 from .threads import lower_threads, thread_wait_note
 from .window import INITIAL, fitted, grows, padded
@@ -238,6 +238,8 @@ def load_speculator(
     n_ctx = t_load.n_ctx
     speculator = Speculator(t_model, t_ctx, template, drafter, speculation, t_info, d_info, padded(n_ctx))
     speculator.no_rollback = no_rollback
+    if drafter is not None:
+        speculator.draft_settings = numeric_settings(t_load, d_load)
     if speculator.n_ctx != n_ctx:  # llama.cpp pads the KV cache
         notes.append(f"llama.cpp rounded n_ctx {n_ctx} to {speculator.n_ctx} tokens")
     if slow := thread_wait_note():

@@ -62,7 +62,7 @@ class ProcessSpeculator:
     Made by :func:`load_in_process`. ``run`` and ``forget`` are called from one
     worker thread; ``update``, ``abort`` and the attributes from any thread.
     ``target_info``, ``draft_info``, ``n_ctx``, ``no_rollback``, ``load_note``,
-    ``backend`` come with the load; ``n_past``, ``speculation``, ``drafter``
+    ``backend``, ``draft_settings`` come with the load; ``n_past``, ``speculation``, ``drafter``
     (a :class:`~.wire.DrafterView` or None), ``invariance`` and ``verdict()`` are the
     child's latest snapshot. A child that exits ends the reply in flight with
     ``reason="error"`` and :attr:`lost` says why.
@@ -88,7 +88,7 @@ class ProcessSpeculator:
         self.cancel_heard: tuple[int, int] | None = None
         self.target_info, self.draft_info = static.target_info, static.draft_info
         self.n_ctx, self.no_rollback, self.load_note = static.n_ctx, static.no_rollback, static.load_note
-        self.backend = static.backend
+        self.backend, self.draft_settings = static.backend, static.draft_settings
         self._apply(state)
         self._reader = threading.Thread(target=self._read, name="skippy-engine-pipe", daemon=True)
         self._reader.start()

@@ -135,6 +135,8 @@ class Speculator:
         self.no_rollback = ""
         # what llama.cpp changed in the load settings (it pads n_ctx), said once by the CLI and app, or ""
         self.load_note = ""
+        # the numeric settings the draft model runs with (settings.numeric_settings), or "" without one
+        self.draft_settings = ""
 
     # -- settings that apply from the next step -------------------------------------
 

@@ -69,6 +69,7 @@ class Static:
     no_rollback: str
     load_note: str
     backend: str
+    draft_settings: str = ""  # the numeric settings the draft runs with (Speculator.draft_settings)
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,10 @@ class State:
 def static_of(spec: Any) -> Static:
     from .native_devices import backend_name
 
-    return Static(spec.target_info, spec.draft_info, spec.n_ctx, spec.no_rollback, spec.load_note, backend_name())
+    return Static(
+        spec.target_info, spec.draft_info, spec.n_ctx, spec.no_rollback, spec.load_note, backend_name(),
+        spec.draft_settings,
+    )  # fmt: skip
 
 
 def state_of(spec: Any) -> State:

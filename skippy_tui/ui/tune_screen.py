@@ -69,6 +69,7 @@ class TuneScreen(ModalScreen["dict | None"]):
     then applies them and may still refuse (a :class:`SkippyError`, e.g. a k the
     batch cannot hold). Any error shows in the dialog and nothing changes.
     Returns ``{"n_draft", "p_min", "max_tokens", "sampling"}`` once applied, or None when cancelled.
+    ``draft_settings``: which numeric settings the draft model runs with, shown above the buttons.
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -85,8 +86,10 @@ class TuneScreen(ModalScreen["dict | None"]):
         apply: Callable[[dict[str, Any]], None] | None = None,
         *,
         max_tokens: int = 512,
+        draft_settings: str = "",
     ) -> None:
         super().__init__()
+        self.draft_settings = draft_settings  # the numeric settings the draft model runs with, or ""
         self.sampling = sampling
         self.values = {"n_draft": str(n_draft), "p_min": number(p_min), "max_tokens": str(max_tokens)}
         for key, _ in TUNE_FIELDS:
@@ -109,6 +112,8 @@ class TuneScreen(ModalScreen["dict | None"]):
                     else:
                         yield Input(self.values[key], id=key, compact=True)
                     yield Label(help_text, classes="field-help")
+            if self.draft_settings:  # a self-pair reads 100 % only with the target's (settings.DRAFT_LOAD)
+                yield Static(f"draft model runs with {self.draft_settings}", id="tune-draft", markup=False)
             yield Static("", id="tune-error", markup=False)  # messages quote config sections: [target]
             with Horizontal(classes="buttons"):
                 yield Button("Apply", id="apply", variant="primary")

@@ -90,4 +90,8 @@ class TuningMixin:
                 self._update_status()
 
         max_tokens = self.generation.max_tokens
-        self.push_screen(TuneScreen(n_draft, p_min, self.sampling, focus, apply, max_tokens=max_tokens), done)
+        draft_settings = getattr(spec, "draft_settings", "") if spec is not None else ""
+        screen = TuneScreen(
+            n_draft, p_min, self.sampling, focus, apply, max_tokens=max_tokens, draft_settings=draft_settings
+        )
+        self.push_screen(screen, done)
