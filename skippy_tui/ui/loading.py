@@ -207,6 +207,7 @@ class LoadingMixin:
         elif state in (WorkerState.ERROR, WorkerState.CANCELLED):
             self.loading = False
             self.query_one("#loading").display = False
+            self._update_status()  # not the failed load's last stage: no models (f5 loads them)
             self.refresh_bindings()
             if state == WorkerState.ERROR and not self._load_cancel.is_set():
                 self._show_error("Could not load the models", worker.error)
