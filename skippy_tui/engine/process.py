@@ -36,6 +36,7 @@ from .events import Event, ReplyFinished, ReplyStarted, StepVerified
 from .loader import EngineSpec, Progress
 from .settings import GenerationSettings, SpeculationSettings
 from .step import failed
+from .window import PromptSize
 from .wire import State, Static, exit_message, rebuild_error
 
 POLL_S = 0.05
@@ -152,12 +153,13 @@ class ProcessSpeculator:
                     self.cancel_heard = (msg[1], steps if rid == msg[1] else 0)
                 elif kind == "state":
                     self._apply(msg[1])
-                elif kind == "updated":
-                    _, request, settings, error, state = msg
-                    self._apply(state)
+                elif kind in ("updated", "counted"):
+                    _, request, answer, error, state = msg
+                    if state is not None:
+                        self._apply(state)
                     waiting = self._requests.pop(request, None)
                     if waiting is not None:
-                        waiting[1].extend((settings, error))
+                        waiting[1].extend((answer, error))
                         waiting[0].set()
                 elif kind == "closed":
                     break
@@ -183,18 +185,35 @@ class ProcessSpeculator:
             BoundsError, SkippyError: as ``Speculator.update``; SkippyError too when
                 the child has exited or does not answer.
         """
+        return self._ask("update", changes)  # type: ignore[return-value]
+
+    def _ask(self, kind: str, payload: object) -> object:
+        """Send a request the child answers from its pipe reader (``update``, ``count``) and
+        wait for the answer (at most :data:`REQUEST_TIMEOUT_S`).
+
+        Raises:
+            SkippyError: what the child raised (its type), or it has exited or does not answer.
+        """
         if self.lost:
             raise SkippyError(self.lost)
         request = next(self._ids)
         done, box = threading.Event(), []
         self._requests[request] = (done, box)
-        if not self._send("update", request, changes) or not done.wait(REQUEST_TIMEOUT_S) or not box:
+        if not self._send(kind, request, payload) or not done.wait(REQUEST_TIMEOUT_S) or not box:
             self._requests.pop(request, None)
             raise SkippyError(self.lost or "the engine process did not answer")
-        settings, error = box
+        answer, error = box
         if error is not None:
             raise rebuild_error(error)
-        return settings
+        return answer
+
+    def count_tokens(self, messages: Sequence[dict[str, str]]) -> PromptSize:
+        """``Speculator.count_tokens`` in the child, beside a reply if one runs.
+
+        Raises:
+            SkippyError: as ``Speculator.count_tokens``, or the child has exited or does not answer.
+        """
+        return self._ask("count", [dict(m) for m in messages])  # type: ignore[return-value]
 
     def forget(self) -> None:
         """Drop both KV caches in the child (a new chat); ordered before the next ``run``."""

@@ -3,9 +3,9 @@ engine/child.py).
 
 Messages are tuples ``(kind, *payload)``, pickled by :mod:`multiprocessing`.
 Parent to child: ``run``, ``sampling``, ``cancel``, ``abort``, ``update``,
-``forget``, ``cancel_load``, ``close``. Child to parent: ``progress``,
+``count``, ``forget``, ``cancel_load``, ``close``. Child to parent: ``progress``,
 ``loaded``, ``load_error``, ``event``, ``cancel_heard``, ``state``, ``updated``,
-``closed``.
+``counted``, ``closed``.
 Events are the engine's own immutable dataclasses; the speculator's attributes
 travel as a :class:`Static` (after load) and a :class:`State` snapshot, and an
 exception as its type, message and attributes.
