@@ -19,6 +19,7 @@ from textual.widgets import Static
 from ..engine.errors import SkippyError
 from ..engine.window import PromptSize
 from .messages import PromptCounted
+from .prompt import PromptInput
 
 COUNT_DELAY_S = 0.3
 """How long typing must pause before the input is counted (a paste counts once)."""
@@ -66,15 +67,14 @@ def cut_short(n_past: int, n_ctx: int) -> str:
 class ContextFitMixin:
     """Counting the input against the context window, and the notes when something does not fit.
 
-    Owns ``_count_timer`` (the pause after typing), ``_count_seq`` (a newer count wins) and
-    ``_counted_for`` (the text the shown count is for). Relies on the app's ``speculator``,
-    ``transcript``, ``generating``, ``_editing`` (GenerationMixin), ``prompt`` and ``chat``.
+    Owns ``_count_timer`` (the pause after typing) and ``_count_seq`` (a newer count wins).
+    Relies on the app's ``speculator``, ``transcript``, ``generating``, ``_editing``
+    (GenerationMixin) and ``chat``.
     """
 
     def _init_context_fit(self) -> None:
         self._count_timer: Timer | None = None
         self._count_seq = 0
-        self._counted_for: str | None = None
 
     def _messages_with(self, text: str) -> list[dict[str, str]]:
         """What sending ``text`` now would prompt with: the chat (up to the message being
@@ -92,26 +92,28 @@ class ContextFitMixin:
         self._count_timer = self.set_timer(COUNT_DELAY_S, self._count_prompt)
 
     def _count_prompt(self) -> None:
-        text = self.prompt.text.strip()
-        if not text or self.speculator is None or self.generating:
-            self._counted_for = None
-            self.prompt.set_count("", too_long=False)
+        prompt = self.query_one_optional(PromptInput)  # None: the app closed since the timer started
+        if prompt is None:
             return
-        self._count(self._count_seq, text, self.speculator, self._messages_with(text))
+        text = prompt.text.strip()
+        if not text or self.speculator is None or self.generating:
+            prompt.set_count("", too_long=False)
+            return
+        self._count(self._count_seq, self.speculator, self._messages_with(text))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="count", name="count")
-    def _count(self, seq: int, text: str, speculator: Any, messages: list[dict[str, str]]) -> None:
+    def _count(self, seq: int, speculator: Any, messages: list[dict[str, str]]) -> None:
         try:
             size = speculator.count_tokens(messages)
         except SkippyError:  # the template cannot render it: sending says why
             size = None
-        self.post_message(PromptCounted(seq, text, size))
+        self.post_message(PromptCounted(seq, size))
 
     def on_prompt_counted(self, msg: PromptCounted) -> None:
-        if msg.seq != self._count_seq or msg.size is None:
-            return  # typed on meanwhile: a newer count comes
-        self._counted_for = msg.text
-        self.prompt.set_count(count_label(msg.size), too_long=not msg.size.fits)
+        prompt = self.query_one_optional(PromptInput)
+        if msg.seq != self._count_seq or msg.size is None or prompt is None:
+            return  # typed on meanwhile (a newer count comes), or the app closed
+        prompt.set_count(count_label(msg.size), too_long=not msg.size.fits)
 
     def _size_now(self, text: str) -> PromptSize | None:
         """Count ``text`` against the window now (Enter: one count, not one per key); None

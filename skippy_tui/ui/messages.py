@@ -30,12 +30,11 @@ class LoadProgress(Message):
 
 
 class PromptCounted(Message):
-    """The input's text counted against the context window (``size`` None: it could not be).
+    """The input counted against the context window (``size`` None: it could not be).
 
     ``seq`` says which count it answers: a newer keystroke makes it stale."""
 
-    def __init__(self, seq: int, text: str, size: PromptSize | None) -> None:
+    def __init__(self, seq: int, size: PromptSize | None) -> None:
         super().__init__()
         self.seq = seq
-        self.text = text
         self.size = size
