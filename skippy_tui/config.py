@@ -27,6 +27,7 @@ from .engine.settings import (
     ModelSpec,
     SpeculationSettings,
     draft_load_params,
+    same_file,
     validate_load_params,
 )
 
@@ -68,7 +69,7 @@ _MODEL_DEFAULTS["device"] = ""
 _MODEL_DEFAULTS["rpc"] = []  # TOML lists; tuples in LoadParams
 _MODEL_DEFAULTS["tensor_split"] = []
 _TARGET_KEYS: dict[str, Any] = {"path": "", "chat_template": "", **_MODEL_DEFAULTS}
-_DRAFT_KEYS: dict[str, Any] = {"path": "", "enabled": True, **{k: None for k in _MODEL_DEFAULTS}}
+_DRAFT_KEYS: dict[str, Any] = {"path": "", "enabled": True, "like_target": False, **{k: None for k in _MODEL_DEFAULTS}}
 
 SCHEMA: dict[str, dict[str, Any]] = {
     "target": _TARGET_KEYS,
@@ -229,12 +230,14 @@ class Config:
             target = ModelSpec(Path(t["path"]).expanduser() if t["path"] else None, t_load, t["chat_template"] or None)
             d = self.values["draft"]
             overrides = {k: _load_value(k, d[k]) for k in _MODEL_DEFAULTS if d[k] is not None}
-            validate_load_params("draft", draft_load_params(t_load, overrides))
+            d_path = Path(d["path"]).expanduser() if d["path"] else None
+            # the target's own file (or a request for it) drafts with the target's numeric settings
+            like = bool(d["like_target"]) or same_file(target.path, d_path)
+            d_load = draft_load_params(t_load, overrides, like)
+            validate_load_params("draft", d_load)
             draft = None
-            if d["path"]:
-                draft = ModelSpec(Path(d["path"]).expanduser(), draft_load_params(t_load, overrides))
-            elif target.path is None:
-                draft = ModelSpec(None, draft_load_params(t_load, overrides))
+            if d_path is not None or target.path is None:
+                draft = ModelSpec(d_path, d_load)
             use_draft = bool(d["enabled"]) and (draft is not None)
             # a target with MTP heads drafts with them where no draft model is loaded (None: a file
             # that cannot be read yet may have them; the loader says what is wrong with it)

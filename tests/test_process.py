@@ -143,11 +143,14 @@ def test_a_reply_in_the_child_equals_the_reply_in_process(
     here = load_speculator(spec)
     try:
         expected = list(here.run(MESSAGES, gen))
+        size = here.count_tokens(MESSAGES)
     finally:
         here.close()
     proxy = load_in_process(spec)
     try:
         assert proxy.pid != os.getpid() and proxy.n_ctx == 1024 and proxy.drafter.source == "model"
+        assert proxy.draft_settings == here.draft_settings and proxy.draft_settings.startswith("the target's: ")
+        assert proxy.count_tokens(MESSAGES) == size and size.n_prompt > size.n_message > 0  # the input's count
         got = list(proxy.run(MESSAGES, gen))
         assert [type(e) for e in got] == [type(e) for e in expected]
         assert isinstance(got[0], ReplyStarted) and isinstance(got[-1], ReplyFinished)

@@ -220,6 +220,7 @@ class Model:
         self.size_bytes: int = _L.llama_model_size(ptr)
         self.n_params: int = _L.llama_model_n_params(ptr)
         self._piece_cache: dict[tuple[int, bool], bytes] = {}
+        self._control: dict[int, bool] = {}
 
     def close(self) -> None:
         with self.huge_pages.stopped():  # a move of the weights must not outlive their mapping
@@ -258,6 +259,20 @@ class Model:
         if n < 0:
             raise SkippyError(f"tokenization failed ({n})")
         return list(arr[:n])
+
+    def is_control(self, token: int) -> bool:
+        """True for a token that only ``parse_special`` text becomes (``<|im_start|>``, ``<bos>``):
+        llama.cpp's control and unknown tokens. Text tokenized without it never yields one."""
+        got = self._control.get(token)
+        if got is None:
+            special = _L.LLAMA_TOKEN_ATTR_CONTROL | _L.LLAMA_TOKEN_ATTR_UNKNOWN
+            got = self._control[token] = bool(_L.llama_vocab_get_attr(self.vocab, token) & special)
+        return got
+
+    def strips(self, token: int) -> tuple[bool, bool]:
+        """Whether llama.cpp drops the whitespace before (lstrip) and after (rstrip) ``token``'s text."""
+        attr = _L.llama_vocab_get_attr(self.vocab, token)
+        return bool(attr & _L.LLAMA_TOKEN_ATTR_LSTRIP), bool(attr & _L.LLAMA_TOKEN_ATTR_RSTRIP)
 
     def piece(self, token: int, special: bool = False) -> bytes:
         """The raw bytes of one token (possibly part of a UTF-8 character)."""

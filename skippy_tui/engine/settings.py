@@ -83,12 +83,22 @@ Flash attention off buys batch invariance (README, "Exactness"), and only the ta
 needs it: the draft's logits never decide a token (the target verifies every one, and
 the coupled sampler draws from the target's distribution), so they may depend on how
 its calls are batched. With it on (``auto``) the default Q4_1 draft's one-token decodes
-ran 1.07-1.12x as fast (SmolLM2-135M, 2-core AMD VM, at 50 and 400 tokens of context)."""
+ran faster (README, "Exactness").
+
+Not for a draft that is the target's own file, or one asked to load like the target
+(``[draft] like_target``): there the draft's logits could equal the target's, and with
+other kernels in the draft alone their rounding read as draft disagreement, in the one
+pair people check a setup with (:func:`draft_load_params`)."""
+
+NUMERIC_KEYS = ("flash_attn", "repack", "cache_type_k", "cache_type_v")
+"""The load settings that change a decode's arithmetic but not where it runs or what it
+holds: what :func:`numeric_settings` says of a draft."""
 
 
-def draft_load_params(target: LoadParams, overrides: dict[str, object]) -> LoadParams:
-    """The draft's native settings: the target's, then :data:`DRAFT_LOAD`, then the
-    draft's own keys on top.
+def draft_load_params(target: LoadParams, overrides: dict[str, object], like_target: bool = False) -> LoadParams:
+    """The draft's native settings: the target's, then :data:`DRAFT_LOAD` (unless
+    ``like_target``: the draft is the target's file, or was asked to load like it), then
+    the draft's own keys on top.
 
     The draft so inherits the target's n_ctx, mmap, mlock and device (as the
     skippy draft runner does) and may override threads, GPU layers, device,
@@ -98,7 +108,35 @@ def draft_load_params(target: LoadParams, overrides: dict[str, object]) -> LoadP
     if unknown:
         key = sorted(unknown)[0]
         raise BoundsError(f"draft.{key}", overrides[key], "a model key: " + ", ".join(MODEL_KEYS))
-    return dataclasses.replace(target, **{**DRAFT_LOAD, **overrides})  # type: ignore[arg-type]
+    defaults = {} if like_target else DRAFT_LOAD
+    return dataclasses.replace(target, **{**defaults, **overrides})  # type: ignore[arg-type]
+
+
+def same_file(a: Path | None, b: Path | None) -> bool:
+    """Whether two model paths name one file (through links or relative paths too); a
+    missing file is compared by its resolved path."""
+    if a is None or b is None:
+        return False
+    try:
+        return a.expanduser().samefile(b.expanduser())
+    except OSError:
+        return a.expanduser().resolve() == b.expanduser().resolve()
+
+
+def numeric_settings(target: LoadParams, draft: LoadParams) -> str:
+    """Which numeric settings (:data:`NUMERIC_KEYS`) the draft runs with, for the draft
+    finder and F3: ``the target's: flash_attn off, repack off, …``, or ``its own:
+    flash_attn auto (target off), repack off, …`` (where they differ, the target's too)."""
+
+    def word(value: object) -> str:
+        return ("on" if value else "off") if isinstance(value, bool) else str(value)
+
+    parts = []
+    for key in NUMERIC_KEYS:
+        mine, theirs = getattr(draft, key), getattr(target, key)
+        parts.append(f"{key} {word(mine)}" + ("" if mine == theirs else f" (target {word(theirs)})"))
+    same = all(getattr(draft, k) == getattr(target, k) for k in NUMERIC_KEYS)
+    return ("the target's: " if same else "its own: ") + ", ".join(parts)
 
 
 DRAFT_SOURCES = ("auto", "model", "ngram", "ngram+model", "mtp")
