@@ -66,7 +66,7 @@ def _spec(target: Path, draft: Path | None, cache_dir: Path, n_batch: int = 256,
     return EngineSpec(
         ModelSpec(target, lp),
         ModelSpec(draft, lp) if draft else None,
-        SpeculationSettings(enabled=draft is not None, **spec),  # type: ignore[arg-type]
+        SpeculationSettings(**{"enabled": draft is not None, "n_draft": 4, "source": "model", **spec}),  # type: ignore[arg-type]
         cache_dir,
         use_draft=draft is not None,
     )

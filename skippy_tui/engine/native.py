@@ -25,6 +25,7 @@ from .native_backend import clear_log, ensure_backend, recent_log
 from .native_backend import llama_cpp as _L
 from .native_devices import device_handle, local_accelerators
 from .native_sigint import deferred_sigint
+from .options import default
 
 
 @functools.cache
@@ -107,25 +108,25 @@ class LoadParams:
     (when they stay in host RAM and the file fits in half the available memory).
     """
 
-    n_ctx: int = 4096
-    n_batch: int = 512
-    n_ubatch: int = 512
-    threads: int = 0
-    threads_batch: int = 0
-    n_gpu_layers: int = -1
-    main_gpu: int = 0
-    split_mode: str = "layer"
-    device: str | None = None
-    flash_attn: str = "off"
-    mmap: bool = True
-    mlock: bool = False
-    cache_type_k: str = "f16"
-    cache_type_v: str = "f16"
-    swa_full: bool = False
-    repack: bool = False
-    rpc: tuple[str, ...] = ()
-    tensor_split: tuple[float, ...] = ()
-    hugepages: bool | str = "auto"
+    n_ctx: int = default("target.n_ctx")
+    n_batch: int = default("target.n_batch")
+    n_ubatch: int = default("target.n_ubatch")
+    threads: int = default("target.threads")
+    threads_batch: int = default("target.threads_batch")
+    n_gpu_layers: int = default("target.n_gpu_layers")
+    main_gpu: int = default("target.main_gpu")
+    split_mode: str = default("target.split_mode")
+    device: str | None = default("target.device") or None  # the config's "": llama.cpp chooses
+    flash_attn: str = default("target.flash_attn")
+    mmap: bool = default("target.mmap")
+    mlock: bool = default("target.mlock")
+    cache_type_k: str = default("target.cache_type_k")
+    cache_type_v: str = default("target.cache_type_v")
+    swa_full: bool = default("target.swa_full")
+    repack: bool = default("target.repack")
+    rpc: tuple[str, ...] = tuple(default("target.rpc"))
+    tensor_split: tuple[float, ...] = tuple(default("target.tensor_split"))
+    hugepages: bool | str = default("target.hugepages")
 
 
 ProgressFn = Callable[[float], bool]

@@ -14,6 +14,7 @@ from pathlib import Path
 from .bounds import MAX_DRAFT_TOKENS, check_int, validate_speculation
 from .errors import BoundsError
 from .native import FLASH_ATTN, KV_CACHE_TYPES, SPLIT_MODES, LoadParams, max_devices
+from .options import DRAFT_SOURCES, PROFILES, bounds, default
 from .rpc import RpcError, parse_endpoint
 from .sampling import SamplingParams
 
@@ -32,13 +33,13 @@ MAX_DEVICES = max_devices()
 
 def validate_load_params(prefix: str, p: LoadParams) -> None:
     """Check one model's native settings; raises ``BoundsError`` naming ``prefix.key``."""
-    check_int(f"{prefix}.n_ctx", p.n_ctx, 16, 1 << 24)
-    check_int(f"{prefix}.n_batch", p.n_batch, 1, 1 << 20)
-    check_int(f"{prefix}.n_ubatch", p.n_ubatch, 1, 1 << 20)
-    check_int(f"{prefix}.threads", p.threads, 0, 1024)
-    check_int(f"{prefix}.threads_batch", p.threads_batch, 0, 1024)
-    check_int(f"{prefix}.n_gpu_layers", p.n_gpu_layers, -1, 1 << 16)
-    check_int(f"{prefix}.main_gpu", p.main_gpu, 0, 1024)
+    check_int(f"{prefix}.n_ctx", p.n_ctx, *bounds("target.n_ctx"))
+    check_int(f"{prefix}.n_batch", p.n_batch, *bounds("target.n_batch"))
+    check_int(f"{prefix}.n_ubatch", p.n_ubatch, *bounds("target.n_ubatch"))
+    check_int(f"{prefix}.threads", p.threads, *bounds("target.threads"))
+    check_int(f"{prefix}.threads_batch", p.threads_batch, *bounds("target.threads_batch"))
+    check_int(f"{prefix}.n_gpu_layers", p.n_gpu_layers, *bounds("target.n_gpu_layers"))
+    check_int(f"{prefix}.main_gpu", p.main_gpu, *bounds("target.main_gpu"))
     _choice(f"{prefix}.split_mode", p.split_mode, SPLIT_MODES)
     _choice(f"{prefix}.flash_attn", p.flash_attn, FLASH_ATTN)
     _choice(f"{prefix}.cache_type_k", p.cache_type_k, KV_CACHE_TYPES)
@@ -139,8 +140,6 @@ def numeric_settings(target: LoadParams, draft: LoadParams) -> str:
     return ("the target's: " if same else "its own: ") + ", ".join(parts)
 
 
-DRAFT_SOURCES = ("auto", "model", "ngram", "ngram+model", "mtp")
-PROFILES = ("exact", "fast")
 
 FAST_LOAD = {"flash_attn": "auto", "repack": True}
 """What ``profile = "fast"`` changes in both models' load settings (keys set explicitly win)."""
@@ -178,21 +177,21 @@ class SpeculationSettings:
         BoundsError: per the bounds contract.
     """
 
-    enabled: bool = True
-    n_draft: int | str = 4
-    n_min: int = 0
-    p_min: float = 0.0
-    source: str = "model"
-    n_draft_max: int = 8
-    exact: bool = True
-    n_draft_max_ngram: int = 32
-    profile: str = "exact"
+    enabled: bool = default("speculation.enabled")
+    n_draft: int | str = default("speculation.n_draft")
+    n_min: int = default("speculation.n_min")
+    p_min: float = default("speculation.p_min")
+    source: str = default("speculation.source")
+    n_draft_max: int = default("speculation.n_draft_max")
+    exact: bool = default("speculation.exact")
+    n_draft_max_ngram: int = default("speculation.n_draft_max_ngram")
+    profile: str = default("speculation.profile")
 
     def __post_init__(self) -> None:
         if isinstance(self.n_draft, str) and self.n_draft != "auto":
             raise BoundsError("n_draft", self.n_draft, f'an integer in 1..{MAX_DRAFT_TOKENS} or "auto"')
-        check_int("n_draft_max", self.n_draft_max, 1, MAX_DRAFT_TOKENS)
-        check_int("n_draft_max_ngram", self.n_draft_max_ngram, 1, MAX_DRAFT_TOKENS)
+        check_int("n_draft_max", self.n_draft_max, *bounds("speculation.n_draft_max"))
+        check_int("n_draft_max_ngram", self.n_draft_max_ngram, *bounds("speculation.n_draft_max_ngram"))
         validate_speculation(1, self.k_max, self.n_min, self.p_min)
         _choice("speculation.source", self.source, DRAFT_SOURCES)
         _choice("speculation.profile", self.profile, PROFILES)
@@ -230,10 +229,10 @@ class GenerationSettings:
     """
 
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    max_tokens: int = 512
+    max_tokens: int = default("generation.max_tokens")
     stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        check_int("max_tokens", self.max_tokens, 1, 1_048_576)
+        check_int("max_tokens", self.max_tokens, *bounds("generation.max_tokens"))
         if not all(isinstance(s, str) for s in self.stop):
             raise BoundsError("stop", self.stop, "a list of strings")
