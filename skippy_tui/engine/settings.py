@@ -140,7 +140,6 @@ def numeric_settings(target: LoadParams, draft: LoadParams) -> str:
     return ("the target's: " if same else "its own: ") + ", ".join(parts)
 
 
-
 FAST_LOAD = {"flash_attn": "auto", "repack": True}
 """What ``profile = "fast"`` changes in both models' load settings (keys set explicitly win)."""
 
