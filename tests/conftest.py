@@ -19,6 +19,18 @@ CACHE = ROOT / ".cache" / "test"
 os.environ.setdefault("SKIPPY_TUI_CACHE_DIR", str(CACHE))
 
 
+MODEL_FIXTURES = frozenset({"smollm2_q4_1", "smollm2_f32", "gemma3_270m", "tiny_models", "cache_dir"})
+"""Fixtures that load or make real models: a test that needs one (directly or through another
+fixture) is marked ``models``, so ``pytest -m "not models"`` runs the model-free tests alone."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & MODEL_FIXTURES or any(n.startswith("tiny_") for n in names):
+            item.add_marker(pytest.mark.models)
+
+
 def pytest_report_header() -> list[str]:
     """The llama.cpp build under test: with ``LLAMAFILE = 1`` verification goes row by row."""
     from skippy_tui.engine.invariance import cpu_model
