@@ -293,8 +293,11 @@ class LoadingMixin:
         if old is not None and owned:  # the engine touches no native state after its last event
             old.close()
         chat = " The conversation stays: the next reply prefills it." if self.transcript.entries else ""
-        title = "Models reloaded" if isinstance(choice, ConfigReload) else "Models switched"
-        self.notify(f"Now on {choice.label}.{chat}", title=title, timeout=5)
+        reload = isinstance(choice, ConfigReload)
+        hint = "" if reload else " Ctrl+P, Save settings as defaults opens on them at the next start."
+        self.notify(
+            f"Now on {choice.label}.{chat}{hint}", title="Models reloaded" if reload else "Models switched", timeout=7
+        )
 
     def on_unmount(self) -> None:
         """The app is closing: an engine process this app started ends with it (no orphan)."""
