@@ -30,11 +30,12 @@ from .bench_core import RunResult, run_once
 from .cli_common import path_arg
 from .engine.cost_model import Costs, expected_rates
 from .engine.errors import SkippyError
+from .engine.labels import model_label
 from .engine.loader import EngineSpec, load_speculator
 from .engine.measurements import VerifyCosts
 from .engine.sampling import SamplingParams
 from .engine.settings import GenerationSettings, ModelSpec
-from .library import DraftCandidate, LibraryEntry, human_params, human_size, table
+from .library import DraftCandidate, LibraryEntry, entry_label, human_params, human_size, table
 
 K = 4
 """Tokens per proposal while measuring (a common fixed k; acceptance figures are quoted at it)."""
@@ -97,6 +98,7 @@ class DraftResult:
         e = self.candidate.entry
         d: dict[str, Any] = {
             "name": e.name,
+            "label": entry_label(e),
             "path": str(e.path),
             "quantization": e.quantization,
             "n_params": e.n_params,
@@ -304,7 +306,8 @@ def _x(v: float | None) -> str:
 
 def render(target: Any, results: Sequence[DraftResult], others: Sequence[DraftCandidate], n_broken: int) -> str:
     """The ``drafts`` report: compatible drafts (measured and ranked, or listed), then the others and why."""
-    lines = [f"target: {target.name} ({target.file_type}, {human_params(target.n_params)}) {target.path}", ""]
+    name = model_label(target.path, target.name, target.file_type)
+    lines = [f"target: {name} ({human_params(target.n_params)}) {target.path}", ""]
     measured = any(r.measurement is not None or r.error is not None for r in results)
     if not results:
         lines.append("no compatible draft in the library")
@@ -316,12 +319,12 @@ def render(target: Any, results: Sequence[DraftResult], others: Sequence[DraftCa
         for i, r in enumerate(results, 1):
             e, m = r.candidate.entry, r.measurement
             if m is None:
-                rows.append([str(i), e.name, e.quantization, "failed", "", "", "", "", "", str(e.path)])
+                rows.append([str(i), entry_label(e), e.quantization, "failed", "", "", "", "", "", str(e.path)])
                 continue
             rows.append(
                 [
                     str(i),
-                    e.name,
+                    entry_label(e),
                     e.quantization,
                     _pct(m.acceptance_rate),
                     "-" if m.mean_accepted_length is None else f"{m.mean_accepted_length:.2f}",
@@ -334,7 +337,7 @@ def render(target: Any, results: Sequence[DraftResult], others: Sequence[DraftCa
             )
         lines.append(f"compatible drafts, ranked by estimated speedup (greedy, k={k}, {len(PROMPTS)} prompts):")
         lines.append(table(rows, right=(0, 3, 4, 5, 6, 7, 8)))
-        lines += [f"  {r.candidate.entry.name}: failed: {r.error}" for r in results if r.error is not None]
+        lines += [f"  {entry_label(r.candidate.entry)}: failed: {r.error}" for r in results if r.error is not None]
         lines.append(
             "ACCEPT: accepted / drafted tokens; MEAN_ACC: accepted per step (bonus not counted); DRAFT_COST: "
             "ms per draft token / ms per target token; EST_SPEEDUP: the cost model; MEASURED: tokens/s vs plain"
@@ -343,12 +346,14 @@ def render(target: Any, results: Sequence[DraftResult], others: Sequence[DraftCa
         rows = [["DRAFT", "QUANT", "PARAMS", "SIZE", "PATH"]]
         for r in results:
             e = r.candidate.entry
-            rows.append([e.name, e.quantization, human_params(e.n_params), human_size(e.size_bytes), str(e.path)])
+            rows.append(
+                [entry_label(e), e.quantization, human_params(e.n_params), human_size(e.size_bytes), str(e.path)]
+            )
         lines.append("compatible drafts (--measure ranks them):")
         lines.append(table(rows, right=(2, 3)))
     if others:
         lines += ["", "not compatible:"]
-        lines += [f"  {c.entry.name} ({c.entry.path}): {c.why_not}" for c in others]
+        lines += [f"  {entry_label(c.entry)} ({c.entry.path}): {c.why_not}" for c in others]
     if n_broken:
         lines += ["", f"{n_broken} unreadable file(s) skipped (skippy-tui models lists them)"]
     return "\n".join(lines)
@@ -401,7 +406,7 @@ def cmd_drafts(args: argparse.Namespace) -> int:
         base = cfg.engine_spec()
 
         def started(i: int, c: DraftCandidate) -> None:
-            sys.stderr.write(f"measuring {c.entry.name} ({c.entry.path.name}) {i + 1}/{len(results)}\n")
+            sys.stderr.write(f"measuring {entry_label(c.entry)} ({c.entry.path.name}) {i + 1}/{len(results)}\n")
 
         results = measure_all(base, candidates, args.max_tokens, started)
     n_broken = sum(e.broken for e in entries)

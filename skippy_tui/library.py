@@ -32,9 +32,11 @@ from .engine.compat import incompatibility
 from .engine.errors import ModelFileError
 from .engine.gguf_info import ModelInfo, cached_model_info, shard_paths
 from .engine.jsoncache import file_key, read_entry, write_entry
-from .engine.labels import SHARD_RE
+from .engine.labels import SHARD_RE, model_label
 
 ENTRY_VERSION = 1
+LABEL_WIDTH = 40
+"""How long a model's label may be (``models``, ``drafts`` and F8 name a model alike)."""
 """Bumped when :class:`LibraryEntry`'s cached fields change (old entries are then re-read)."""
 
 
@@ -310,6 +312,12 @@ def draft_candidates(
 # -- formatting ------------------------------------------------------------------------
 
 
+def entry_label(e: LibraryEntry, width: int = LABEL_WIDTH) -> str:
+    """The model's label: file stem and quantization, as F8, the status bar and ``models``
+    name it (``SmolLM2-135M-Instruct Q4_1``; the GGUF's own name is often a training run's)."""
+    return model_label(e.path, e.name, e.quantization, width)
+
+
 def human_params(n: int | None) -> str:
     """``134515008`` → ``135M``; ``None`` → ``?``."""
     if not n:
@@ -342,7 +350,8 @@ def table(rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> str:
 
 
 def render_entries(entries: Sequence[LibraryEntry]) -> str:
-    """The ``models`` table: usable models, then broken files with their reasons."""
+    """The ``models`` table: usable models (named by :func:`entry_label`), then broken files
+    with their reasons."""
     good = [e for e in entries if not e.broken]
     broken = [e for e in entries if e.broken]
     parts = []
@@ -351,7 +360,7 @@ def render_entries(entries: Sequence[LibraryEntry]) -> str:
         for e in good:
             rows.append(
                 [
-                    e.name,
+                    entry_label(e),
                     e.architecture,
                     human_params(e.n_params),
                     e.quantization,
@@ -428,7 +437,8 @@ def cmd_models(args: argparse.Namespace) -> int:
         return 0
     dirs, entries = result
     if args.json:
-        doc = {"dirs": [str(d) for d in dirs], "models": [e.to_dict() for e in entries]}
+        models = [{**e.to_dict(), "label": entry_label(e)} for e in entries]
+        doc = {"dirs": [str(d) for d in dirs], "models": models}
         sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
     else:
         sys.stdout.write(render_entries(entries) + "\n")

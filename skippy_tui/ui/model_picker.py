@@ -31,8 +31,17 @@ from textual.widgets.option_list import Option
 from textual.worker import Worker, WorkerState
 
 from ..engine.errors import ModelFileError
-from ..engine.labels import model_label
-from ..library import DraftCandidate, LibraryEntry, draft_candidates, existing, human_params, human_size, scan
+from ..library import (
+    LABEL_WIDTH,
+    DraftCandidate,
+    LibraryEntry,
+    draft_candidates,
+    entry_label,
+    existing,
+    human_params,
+    human_size,
+    scan,
+)
 from .error_screen import ErrorScreen
 
 if TYPE_CHECKING:
@@ -44,12 +53,10 @@ MODEL_SOURCES = ("auto", "model", "ngram+model")  # [speculation] source values 
 NONE_ID, NGRAM_ID = "plain", "ngram"  # draft row ids; model rows are "t<i>" / "d<i>"
 
 
-LABEL_WIDTH = 40
-
-
 def label(e: LibraryEntry) -> str:
-    """File stem and quantization, as the status bar names a model (GGUF names often repeat)."""
-    return model_label(e.path, e.name, e.quantization, LABEL_WIDTH)
+    """File stem and quantization, as the status bar and ``skippy-tui models`` name a model
+    (GGUF names often repeat)."""
+    return entry_label(e)
 
 
 def tidy(path: Path) -> str:
