@@ -156,6 +156,22 @@ def existing(dirs: Iterable[Path]) -> list[Path]:
     return out
 
 
+def check_folder(typed: str) -> tuple[str | None, Path]:
+    """A folder the user typed to add to the library: ``(None, its absolute path)``, or
+    ``(why not, path)`` for an empty entry, a missing path, a file or an unreadable folder."""
+    text = typed.strip()
+    path = Path(os.path.abspath(Path(text).expanduser())) if text else Path()
+    if not text:
+        return "Type the path of a folder of GGUF files (e.g. ~/models).", path
+    if not path.exists():
+        return f"No such folder: {text}", path
+    if not path.is_dir():
+        return f"{text} is a file, not a folder: type the folder it is in.", path
+    if not os.access(path, os.R_OK | os.X_OK):
+        return f"Cannot read {text} (permission denied).", path
+    return None, path
+
+
 # -- the scan --------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from textual import work
@@ -22,6 +23,7 @@ from textual.worker import Worker, WorkerState
 from ..config import ConfigError, config_path
 from ..engine.errors import SkippyError
 from ..engine.loader import EngineSpec, live_changes
+from ..saved import overridden, save_defaults
 from .error_screen import ErrorScreen, how_to_fix
 from .messages import LoadProgress
 from .model_picker import ModelChoice, SwitchFailedScreen, SwitchProgress, picker_for
@@ -216,6 +218,25 @@ class LoadingMixin:
             self.notify("Models are loading: wait until they are ready.", severity="warning")
             return
         self.push_screen(picker_for(self), self._models_chosen)
+
+    def keep_library_dirs(self, dirs: list[Path]) -> str:
+        """The picker added a folder: ``dirs`` become ``[library] dirs`` for this session and
+        are saved for the next start (skippy_tui/saved.py). Returns what happened, for the
+        picker to say; a failed save keeps the folder for this session and says why."""
+        added = [str(d) for d in dirs]
+        self.config.set("library", "dirs", added)
+        values = {"library": {"dirs": added}}
+        try:
+            save_defaults(values)
+        except ConfigError as e:
+            return f"Added for this session only: {e}"
+        if overridden(self.config, values):
+            where = self.config.source or "the config file"
+            return (
+                f"Added for this session: {where} sets [library] dirs, which wins at the next start "
+                f"(add {added[-1]} there to keep it)."
+            )
+        return f"Added {added[-1]}: F8 lists its models from now on."
 
     def _models_chosen(self, choice: ModelChoice | None) -> None:
         if choice is None:
