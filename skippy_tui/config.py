@@ -115,7 +115,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "color_origin": False,
         "autosave": False,
         "transcript_dir": "",
-        "yield_cpu": True,
+        "yield_cpu": False,
         "history": True,
         "engine": "process",
     },

@@ -174,9 +174,9 @@ class LoadingMixin:
         self.speculator = speculator
         if self._relay is not None:  # an engine process's pipe reader yields the CPU as the UI does
             lower_threads(getattr(speculator, "relay_threads", ()))
-            watch = getattr(speculator, "watch_terminal", None)
-            if watch is not None and not self.is_headless:  # keys not yet read pause its steps
-                watch(terminal_path())
+        watch = getattr(speculator, "watch_terminal", None)
+        if watch is not None and not self.is_headless:  # keys not yet read pause its steps (any priority)
+            watch(terminal_path())
         self.loading = False
         self.replay = False
         self.query_one("#loading").display = False
