@@ -52,6 +52,15 @@ class ConfigError(SkippyError):
         self.origin = origin
 
 
+class SavedSettingsError(ConfigError):
+    """The settings saved from the app (``saved.toml``, at ``path``) cannot be used: the
+    app's own file, so deleting it or saving again loses nothing of the user's."""
+
+    def __init__(self, message: str, path: Path) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 def config_path() -> Path:
     """Default config file: ``<user config dir>/skippy-tui/config.toml``."""
     return Path(platformdirs.user_config_dir(APP)) / "config.toml"
@@ -419,8 +428,9 @@ def read_saved(path: Path | None = None) -> dict[str, dict[str, Any]]:
     """The settings saved from the app (``path``, default :func:`saved_path`); {} when none.
 
     Raises:
-        ConfigError: the file is unreadable or holds a bad key or value (the message
-            says how to get rid of it: the app writes it, so nothing of the user's is lost).
+        SavedSettingsError: the file is unreadable or holds a bad key or value (the
+            message says how to get rid of it: the app writes it, so nothing of the
+            user's is lost).
     """
     path = path or saved_path()
     if not path.is_file():
@@ -428,7 +438,8 @@ def read_saved(path: Path | None = None) -> dict[str, dict[str, Any]]:
     try:
         return _checked(path, _read_toml(path), SAVED_KEYS)
     except ConfigError as e:
-        raise ConfigError(f"{e}\n(the settings saved from the app: delete {path.name} or save them again)") from e
+        why = f"{e}\n(the settings saved from the app: delete {path.name} or save them again)"
+        raise SavedSettingsError(why, path) from e
 
 
 def load_config(path: Path | None = None, saved: bool = False) -> Config:

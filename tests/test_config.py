@@ -262,7 +262,12 @@ def test_a_bad_saved_file_is_named_and_a_failed_save_keeps_the_old_one(monkeypat
     with pytest.raises(ConfigError, match="not a setting the app saves"):
         save_defaults({"ui": {"theme": "x"}})
     saved_path().write_text("[sampling]\ntemperature = 'hot'\n", "utf-8")
-    with pytest.raises(ConfigError, match=r"(?s)saved\.toml: \[sampling\] temperature = 'hot'.*delete saved\.toml"):
+    with pytest.raises(
+        ConfigError, match=r"(?s)saved\.toml: \[sampling\] temperature = 'hot'.*delete saved\.toml"
+    ) as bad:
         load_config(saved=True)
+    from skippy_tui.ui.error_screen import how_to_fix
+
+    assert how_to_fix(bad.value, "config.toml").startswith(f"Delete {saved_path()}: it holds only what the app saved")
     save_defaults({"sampling": {"top_k": 5}})  # a bad file is the app's own: saving again replaces it
     assert read_saved() == {"sampling": {"top_k": 5}}

@@ -60,7 +60,7 @@ MODEL_SOURCES = ("auto", "model", "ngram+model")  # [speculation] source values 
 NONE_ID, NGRAM_ID = "plain", "ngram"  # draft row ids; model rows are "t<i>" / "d<i>"
 BUILTIN_ID = "builtin"  # the target list's row of the built-in default pair
 BUILTIN_LABEL = "the built-in default pair (SmolLM2-135M-Instruct F32 + Q4_1)"
-NO_TEMPLATE = "no chat template: a base model?"
+NO_TEMPLATE = "no chat template"
 
 
 def label(e: LibraryEntry) -> str:
