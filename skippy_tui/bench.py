@@ -116,6 +116,19 @@ def _prompt_list(text: str) -> tuple[str, ...]:
     return names
 
 
+def prompts_epilog() -> str:
+    """``bench --help``'s last lines: the names ``--prompts`` takes (set apart from the flags'
+    help, whose wrapping would break a name at its hyphen)."""
+    prompts = SUITE + EXTRA
+    kinds = sorted({p.kind for p in prompts} - {p.name for p in prompts})
+    return (
+        "prompts (--prompts takes names or kinds, comma-separated):\n"
+        f"  the suite: {', '.join(p.name for p in SUITE)}\n"
+        f"  short:     {', '.join(p.name for p in EXTRA)} (--identity runs them too)\n"
+        f"  kinds:     {', '.join(kinds)} (every prompt of that kind)"
+    )
+
+
 def _sampler_list(text: str) -> tuple[str, ...]:
     names = tuple(x.strip() for x in text.split(",") if x.strip())
     if not names or any(n not in SAMPLERS for n in names) or len(set(names)) < len(names):
@@ -127,7 +140,11 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``skippy-tui bench`` on the CLI's subparsers."""
     # "resolve": the bench's --sampler (a list) replaces the model flags' single choice
     b = sub.add_parser(
-        "bench", help="measure plain vs speculative decoding on a fixed prompt suite", conflict_handler="resolve"
+        "bench",
+        help="measure plain vs speculative decoding on a fixed prompt suite",
+        conflict_handler="resolve",
+        epilog=prompts_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # the epilog's lines as written
     )
     b.add_argument("--repeats", type=int, default=5, metavar="N", help="runs per prompt and method (median; default 5)")
     b.add_argument(
@@ -135,11 +152,11 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
         help="fixed k values (default 1,2,4,8; with --identity 1,4,8, auto always added)",
     )  # fmt: skip
     b.add_argument(
-        "--prompts", type=_prompt_list, default=None, metavar="NAMES", help="subset of the suite, by name or kind"
-    )
-    b.add_argument(
-        "--with-combined", action="store_true", default=False, help="(kept for old scripts: ngram+model always runs)"
-    )
+        "--prompts", type=_prompt_list, default=None, metavar="NAMES",
+        help="a subset of the suite, by name or kind (listed at the end)",
+    )  # fmt: skip
+    # a no-op kept so that old scripts still run (ngram+model always runs): not in --help
+    b.add_argument("--with-combined", action="store_true", default=False, help=argparse.SUPPRESS)
     b.add_argument("--no-warmup", action="store_true", default=False, help="skip the unmeasured warm-up pass")
     b.add_argument(
         "--identity", action="store_true", default=False,
@@ -186,6 +203,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         # checked first: a bench takes minutes and its figures must not be lost at the end
         sys.stderr.write(f"skippy-tui: error: --save {args.save}: no writable folder {args.save.parent}\n")
         return 2
+    if args.with_combined:
+        sys.stderr.write("skippy-tui: note: --with-combined is no longer needed: ngram+model always runs\n")
     samplers = getattr(args, "sampler", None)
     if isinstance(samplers, tuple):
         args.sampler = samplers[0]  # the config takes the first; the others become extra columns

@@ -28,7 +28,7 @@ from .cli_common import (
     path_arg,
     stderr_progress,
 )
-from .config import ConfigError, config_path
+from .config import ConfigError, cache_dir, config_path, data_dir, saved_path
 from .engine.errors import BoundsError, SkippyError
 from .engine.native_sigint import sigint_scope
 from .transcript import count
@@ -190,6 +190,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
 NO_HISTORY_HELP = "keep no chat history this time (nothing is written to the history folder)"
 
 
+def files_epilog() -> str:
+    """Where skippy-tui keeps its files on this machine (``--help``'s last lines)."""
+    return (
+        "files:\n"
+        f"  config file      {config_path()}  (--config PATH reads another)\n"
+        f'  saved defaults   {saved_path()}  (the app\'s "Save settings as defaults"; the config file wins)\n'
+        f"  user data dir    {data_dir()}  (history/: every chat; transcripts/: Ctrl+S)\n"
+        f"  cache            {cache_dir()}  (the derived F32 target, GGUF header caches)"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="skippy-tui",
@@ -200,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "keys: in the app, F1 lists every key and explains the panel; Ctrl+P (the\n"
-            "command palette) lists every action with its key."
+            "command palette) lists every action with its key.\n\n" + files_epilog()
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,  # keep the lines above as written
     )

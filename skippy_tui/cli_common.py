@@ -94,13 +94,14 @@ def arg_text(arg: str) -> str:
     return arg.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def config_from_args(args: argparse.Namespace) -> Config:
-    """The config file with the command line's flags on top.
+def config_from_args(args: argparse.Namespace, saved: bool = False) -> Config:
+    """The config file with the command line's flags on top; with ``saved`` (the app), the
+    settings saved from the app under the file (:func:`~skippy_tui.config.load_config`).
 
     Raises:
         ConfigError: unreadable file or a bad value (file or flag).
     """
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, saved=saved)
     for opt in FLAGGED:
         value = getattr(args, _dest(opt), None)
         if value is None or value is False:  # not given (a switch's default is False)

@@ -4,6 +4,13 @@ The file is optional (``skippy-tui --print-config-path`` shows where it is
 looked for; ``--config PATH`` picks another). Every key has a default, listed
 in ``config.example.toml``. Unknown keys and bad values are refused with the
 file, the key, the value and what is allowed. CLI flags override the file.
+
+The app adds one layer under the file: the settings saved from the app
+(``saved.toml`` beside the config file, written by :mod:`skippy_tui.saved`),
+read only for the app (``load_config(saved=True)``): defaults, then the saved
+settings, then the config file, then flags. The user's file is never written,
+so it keeps its comments, and what the user wrote there wins over what the app
+saved.
 """
 
 from __future__ import annotations
@@ -46,9 +53,23 @@ class ConfigError(SkippyError):
         self.origin = origin
 
 
+class SavedSettingsError(ConfigError):
+    """The settings saved from the app (``saved.toml``, at ``path``) cannot be used: the
+    app's own file, so deleting it or saving again loses nothing of the user's."""
+
+    def __init__(self, message: str, path: Path) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 def config_path() -> Path:
     """Default config file: ``<user config dir>/skippy-tui/config.toml``."""
     return Path(platformdirs.user_config_dir(APP)) / "config.toml"
+
+
+def saved_path() -> Path:
+    """The settings saved from the app: ``saved.toml`` beside the default config file."""
+    return config_path().parent / "saved.toml"
 
 
 def cache_dir() -> Path:
@@ -79,9 +100,21 @@ _DRAFTING_SOURCES = {
 """[speculation] source values that draft with something loaded beside the target, and what."""
 
 
+SAVED_KEYS: dict[str, tuple[str, ...]] = {
+    "target": ("path",),
+    "draft": ("path", "enabled"),
+    "speculation": ("n_draft", "p_min", "source"),
+    "sampling": tuple(SCHEMA["sampling"]),
+    "generation": ("max_tokens", "system_prompt"),
+    "library": ("dirs",),
+}
+"""What the app saves (F3's settings, F2's system prompt, F8's pair and library folders)."""
+
+
 @dataclass
 class Config:
-    """The merged config: defaults, then the file, then CLI overrides.
+    """The merged config: defaults, then (in the app) the saved settings, then the file,
+    then CLI overrides.
 
     ``values[section][key]``; ``source`` is the file it came from (or None).
     """
@@ -90,6 +123,7 @@ class Config:
     source: Path | None = None
     present: set[str] = field(default_factory=set)
     origins: dict[str, str] = field(default_factory=dict)  # "section.key" -> the flag that set it
+    file_values: dict[str, Any] = field(default_factory=dict)  # "section.key" -> as the config file sets it
 
     def get(self, section: str, key: str) -> Any:
         return self.values[section][key]
@@ -331,8 +365,58 @@ def _allowed(opt: Option, value: Any) -> str:
             "list[float]": "a list"}.get(opt.kind, "a string")  # fmt: skip
 
 
-def load_config(path: Path | None = None) -> Config:
-    """Read the config file (``path``, else the default location if it exists).
+def _read_toml(path: Path) -> dict[str, Any]:
+    """``path`` parsed. Raises: ConfigError: unreadable, not UTF-8, or not TOML."""
+    try:
+        return _toml.loads(path.read_text("utf-8"))
+    except OSError as e:
+        raise ConfigError(f"cannot read config {path}: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text ({e.reason})") from e
+    except _toml.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: invalid TOML: {e}") from e
+
+
+def _checked(path: Path, raw: dict[str, Any], allowed: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``raw``'s values, each checked (``allowed``: the sections and keys the file may hold).
+
+    Raises:
+        ConfigError: an unknown section or key, or a value of the wrong type.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for section, table in raw.items():
+        if section not in allowed:
+            raise ConfigError(f"{path}: unknown section [{section}]; known: {', '.join(allowed)}")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: {section} must be a table ([{section}])")
+        for key, value in table.items():
+            if key not in allowed[section]:
+                raise ConfigError(f"{path}: unknown key [{section}] {key}; allowed: {', '.join(allowed[section])}")
+            out.setdefault(section, {})[key] = _check_value(path, section, key, value)
+    return out
+
+
+def read_saved(path: Path | None = None) -> dict[str, dict[str, Any]]:
+    """The settings saved from the app (``path``, default :func:`saved_path`); {} when none.
+
+    Raises:
+        SavedSettingsError: the file is unreadable or holds a bad key or value (the
+            message says how to get rid of it: the app writes it, so nothing of the
+            user's is lost).
+    """
+    path = path or saved_path()
+    if not path.is_file():
+        return {}
+    try:
+        return _checked(path, _read_toml(path), SAVED_KEYS)
+    except ConfigError as e:
+        why = f"{e}\n(the settings saved from the app: delete {path.name} or save them again)"
+        raise SavedSettingsError(why, path) from e
+
+
+def load_config(path: Path | None = None, saved: bool = False) -> Config:
+    """Read the config file (``path``, else the default location if it exists); with
+    ``saved``, on top of the settings saved from the app (:func:`read_saved`).
 
     Raises:
         ConfigError: unreadable file, TOML syntax error, unknown section or key,
@@ -341,26 +425,16 @@ def load_config(path: Path | None = None) -> Config:
     explicit = path is not None
     path = Path(path).expanduser() if path is not None else config_path()
     cfg = Config(source=path if path.is_file() else None)
+    if saved:
+        for section, values in read_saved().items():
+            cfg.values[section].update(values)
+            cfg.present.update(f"{section}.{key}" for key in values)
     if not path.is_file():
         if explicit:
             raise ConfigError(f"config file not found: {path}")
         return cfg
-    try:
-        raw = _toml.loads(path.read_text("utf-8"))
-    except OSError as e:
-        raise ConfigError(f"cannot read config {path}: {e.strerror or e}") from e
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text ({e.reason})") from e
-    except _toml.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: invalid TOML: {e}") from e
-    for section, table in raw.items():
-        if section not in SCHEMA:
-            raise ConfigError(f"{path}: unknown section [{section}]; known: {', '.join(SCHEMA)}")
-        if not isinstance(table, dict):
-            raise ConfigError(f"{path}: {section} must be a table ([{section}])")
-        for key, value in table.items():
-            if key not in SCHEMA[section]:
-                raise ConfigError(f"{path}: unknown key [{section}] {key}; allowed: {', '.join(SCHEMA[section])}")
-            cfg.values[section][key] = _check_value(path, section, key, value)
-            cfg.present.add(f"{section}.{key}")
+    for section, values in _checked(path, _read_toml(path), SCHEMA).items():
+        cfg.values[section].update(values)
+        cfg.file_values.update({f"{section}.{key}": value for key, value in values.items()})
+    cfg.present |= set(cfg.file_values)
     return cfg

@@ -34,6 +34,7 @@ from .bench_core import RunResult, run_once
 from .cli_common import path_arg
 from .engine.cost_model import Costs, expected_rates
 from .engine.errors import SkippyError
+from .engine.labels import model_label
 from .engine.loader import EngineSpec, load_speculator
 from .engine.measurements import VerifyCosts
 from .engine.sampling import SamplingParams
@@ -102,7 +103,8 @@ class DraftResult:
         c = self.candidate
         e = c.entry
         d: dict[str, Any] = {
-            "name": c.name,
+            "name": c.name if c.integrated else e.name,  # the GGUF's own name; the heads have no file
+            "label": c.name,
             "source": "mtp" if c.mtp else "model",
             "integrated": c.integrated,
             "path": str(e.path),
@@ -328,7 +330,8 @@ def _x(v: float | None) -> str:
 
 def render(target: Any, results: Sequence[DraftResult], others: Sequence[DraftCandidate], n_broken: int) -> str:
     """The ``drafts`` report: compatible drafts (measured and ranked, or listed), then the others and why."""
-    lines = [f"target: {target.name} ({target.file_type}, {human_params(target.n_params)}) {target.path}", ""]
+    name = model_label(target.path, target.name, target.file_type)
+    lines = [f"target: {name} ({human_params(target.n_params)}) {target.path}", ""]
     measured = any(r.measurement is not None or r.error is not None for r in results)
     if not results:
         lines.append("no compatible draft in the library")

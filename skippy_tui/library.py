@@ -33,11 +33,13 @@ from .engine.compat import incompatibility
 from .engine.errors import ModelFileError
 from .engine.gguf_info import ModelInfo, cached_model_info, shard_paths
 from .engine.jsoncache import file_key, read_entry, write_entry
-from .engine.labels import SHARD_RE
+from .engine.labels import SHARD_RE, model_label
 
 ENTRY_VERSION = 2
 """Bumped when :class:`LibraryEntry`'s cached fields change (old entries are then re-read;
 2: ``memory``, ``mtp_heads``, ``mtp_drafter``)."""
+LABEL_WIDTH = 40
+"""How long a model's label may be (``models``, ``drafts`` and F8 name a model alike)."""
 
 
 @dataclass(frozen=True)
@@ -141,8 +143,8 @@ class DraftCandidate:
 
     @property
     def name(self) -> str:
-        """``integrated MTP`` for the target's own heads, else the file's model name."""
-        return INTEGRATED_MTP if self.integrated else self.entry.name
+        """``integrated MTP`` for the target's own heads, else the file's label (:func:`entry_label`)."""
+        return INTEGRATED_MTP if self.integrated else entry_label(self.entry)
 
 
 INTEGRATED_MTP = "integrated MTP"
@@ -195,6 +197,22 @@ def existing(dirs: Iterable[Path]) -> list[Path]:
                 seen.add(real)
                 out.append(d)
     return out
+
+
+def check_folder(typed: str) -> tuple[str | None, Path]:
+    """A folder the user typed to add to the library: ``(None, its absolute path)``, or
+    ``(why not, path)`` for an empty entry, a missing path, a file or an unreadable folder."""
+    text = typed.strip()
+    path = Path(os.path.abspath(Path(text).expanduser())) if text else Path()
+    if not text:
+        return "Type the path of a folder of GGUF files (e.g. ~/models).", path
+    if not path.exists():
+        return f"No such folder: {text}", path
+    if not path.is_dir():
+        return f"{text} is a file, not a folder: type the folder it is in.", path
+    if not os.access(path, os.R_OK | os.X_OK):
+        return f"Cannot read {text} (permission denied).", path
+    return None, path
 
 
 # -- the scan --------------------------------------------------------------------------
@@ -369,6 +387,12 @@ def _mtp_drafter_refusal(target: ModelInfo, draft: ModelInfo) -> str | None:
 # -- formatting ------------------------------------------------------------------------
 
 
+def entry_label(e: LibraryEntry, width: int = LABEL_WIDTH) -> str:
+    """The model's label: file stem and quantization, as F8, the status bar and ``models``
+    name it (``SmolLM2-135M-Instruct Q4_1``; the GGUF's own name is often a training run's)."""
+    return model_label(e.path, e.name, e.quantization, width)
+
+
 def human_params(n: int | None) -> str:
     """``134515008`` → ``135M``; ``None`` → ``?``."""
     if not n:
@@ -401,7 +425,8 @@ def table(rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> str:
 
 
 def render_entries(entries: Sequence[LibraryEntry]) -> str:
-    """The ``models`` table: usable models, then broken files with their reasons."""
+    """The ``models`` table: usable models (named by :func:`entry_label`), then broken files
+    with their reasons."""
     good = [e for e in entries if not e.broken]
     broken = [e for e in entries if e.broken]
     parts = []
@@ -410,7 +435,7 @@ def render_entries(entries: Sequence[LibraryEntry]) -> str:
         for e in good:
             rows.append(
                 [
-                    e.name,
+                    entry_label(e),
                     e.architecture,
                     human_params(e.n_params),
                     e.quantization,
@@ -488,7 +513,8 @@ def cmd_models(args: argparse.Namespace) -> int:
         return 0
     dirs, entries = result
     if args.json:
-        doc = {"dirs": [str(d) for d in dirs], "models": [e.to_dict() for e in entries]}
+        models = [{**e.to_dict(), "label": entry_label(e)} for e in entries]
+        doc = {"dirs": [str(d) for d in dirs], "models": models}
         sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
     else:
         sys.stdout.write(render_entries(entries) + "\n")

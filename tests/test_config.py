@@ -268,3 +268,64 @@ def test_a_draft_that_is_the_target_s_file_loads_with_the_target_s_numeric_setti
     assert draft_load(target, flash_attn="on").flash_attn == "on"  # a key the draft sets itself still wins
     with pytest.raises(ConfigError, match=r"like_target = 'yes' is not allowed: expected true/false"):
         draft_load(other, like_target="yes")
+
+
+# -- settings saved from the app (issue 57.6) ----------------------------------------------------
+
+
+def test_saved_settings_sit_under_the_config_file_and_only_the_app_reads_them() -> None:
+    from skippy_tui.config import config_path, read_saved, saved_path
+    from skippy_tui.saved import overridden, save_defaults
+
+    saved = {
+        "sampling": {"temperature": 0.5, "seed": 7},
+        "generation": {"system_prompt": 'Say "hi"\n\ttabbed \\ é \x7f end', "max_tokens": 33},
+        "target": {"path": "/m/t.gguf"},
+    }
+    assert save_defaults(saved) == saved_path()
+    assert read_saved() == saved  # every character back, DEL included
+    save_defaults({"speculation": {"n_draft": 3}})  # merged into what was saved
+    assert read_saved()["sampling"]["temperature"] == 0.5 and read_saved()["speculation"] == {"n_draft": 3}
+    assert load_config().get("sampling", "temperature") == 0.0  # run and bench: not read
+    cfg = load_config(saved=True)
+    assert (cfg.get("sampling", "temperature"), cfg.get("generation", "max_tokens")) == (0.5, 33)
+    assert cfg.get("speculation", "n_draft") == 3 and cfg.generation().sampling.seed == 7
+    # the config file wins, and the app can say which saved keys it hides
+    config_path().parent.mkdir(parents=True, exist_ok=True)
+    config_path().write_text("# mine\n[sampling]\ntemperature = 0.7\n", "utf-8")
+    cfg = load_config(saved=True)
+    assert cfg.get("sampling", "temperature") == 0.7 and cfg.get("generation", "max_tokens") == 33
+    assert overridden(cfg, saved) == ["[sampling] temperature = 0.7"]
+    assert config_path().read_text("utf-8") == "# mine\n[sampling]\ntemperature = 0.7\n"  # never written
+
+
+def test_a_bad_saved_file_is_named_and_a_failed_save_keeps_the_old_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from skippy_tui.config import read_saved, saved_path
+    from skippy_tui.saved import save_defaults
+
+    save_defaults({"sampling": {"temperature": 0.5}})
+    before = saved_path().read_text("utf-8")
+
+    def full_disk(src: object, dst: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "replace", full_disk)
+        with pytest.raises(ConfigError, match=r"cannot save the settings to .*No space left"):
+            save_defaults({"sampling": {"temperature": 0.9}})
+    assert saved_path().read_text("utf-8") == before  # whole, as it was
+    assert [p.name for p in saved_path().parent.iterdir()] == ["saved.toml"]  # no temporary file left
+    with pytest.raises(ConfigError, match="not a setting the app saves"):
+        save_defaults({"ui": {"theme": "x"}})
+    saved_path().write_text("[sampling]\ntemperature = 'hot'\n", "utf-8")
+    with pytest.raises(
+        ConfigError, match=r"(?s)saved\.toml: \[sampling\] temperature = 'hot'.*delete saved\.toml"
+    ) as bad:
+        load_config(saved=True)
+    from skippy_tui.ui.error_screen import how_to_fix
+
+    assert how_to_fix(bad.value, "config.toml").startswith(f"Delete {saved_path()}: it holds only what the app saved")
+    save_defaults({"sampling": {"top_k": 5}})  # a bad file is the app's own: saving again replaces it
+    assert read_saved() == {"sampling": {"top_k": 5}}

@@ -52,7 +52,8 @@ def test_drafts_lists_the_compatible_draft_and_says_why_the_others_are_not(
     assert main(["drafts", "--target", str(target), "--dir", str(library)]) == 0
     out = capsys.readouterr().out
     assert "compatible drafts (--measure ranks them):" in out
-    assert f"Gemma 3 270m ({library / 'gemma.gguf'}): vocab type differs" in out
+    # named as `models` and F8 name it: file stem and quantization (issue 57.15)
+    assert f"gemma Q4_K_M ({library / 'gemma.gguf'}): vocab type differs" in out
     assert "1 unreadable file(s) skipped" in out
 
 
@@ -64,7 +65,7 @@ def test_drafts_measure_runs_the_pair_beside_plain_decoding(
     args = ["drafts", "--target", str(library / "target-f32.gguf"), "--dir", str(library), "--config", str(config)]
     assert main([*args, "--measure", "--max-tokens", "16", "--json"]) == 0
     captured = capsys.readouterr()
-    assert "measuring Smollm2" in captured.err
+    assert "measuring draft Q4_1" in captured.err
     (d,) = json.loads(captured.out)["drafts"]
     m = d["measurement"]
     assert (m["k"], m["n_prompts"]) == (4, 3)
@@ -188,7 +189,7 @@ def test_rank_puts_the_best_estimate_first_and_failures_last() -> None:
     assert [r.candidate.entry.name for r in ranked] == ["fast", "slow", "unknown", "failed"]
     target = type("T", (), {"name": "big", "file_type": "F16", "n_params": 7_000_000_000, "path": "/m/big.gguf"})()
     lines = render(target, ranked, [], 0).splitlines()
-    assert lines[0] == "target: big (F16, 7.0B) /m/big.gguf"
+    assert lines[0] == "target: big F16 (7.0B) /m/big.gguf"
     assert lines[2] == "compatible drafts, ranked by estimated speedup (greedy, k=4, 3 prompts):"
     assert lines[3].split()[:9] == [
         "#", "DRAFT", "QUANT", "ACCEPT", "MEAN_ACC", "DRAFT_COST", "EST_SPEEDUP", "MEASURED", "PLAIN_TOK/S",

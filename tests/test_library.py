@@ -190,7 +190,7 @@ def test_models_command_prints_a_table_and_json(
     out = capsys.readouterr().out
     header, row = out.splitlines()[:2]
     assert header.split() == ["NAME", "ARCH", "PARAMS", "QUANT", "SIZE", "N_CTX_TRAIN", "TEMPLATE", "NOTES", "PATH"]
-    assert re.search(r"llama\s+135M\s+Q4_1\s+93\.8 MiB\s+8192\s+yes\s+\S+/q\.gguf$", row), row
+    assert re.search(r"^q Q4_1\s+llama\s+135M\s+Q4_1\s+93\.8 MiB\s+8192\s+yes\s+\S+/q\.gguf$", row), row
     assert f"{lib / 'bad.gguf'}: not a GGUF file" in out
     assert main(["models", "--dir", str(lib), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -245,6 +245,26 @@ def test_draft_candidates_offer_the_targets_heads_and_mtp_drafters_of_its_archit
     assert candidates("drafter") == {}  # an MTP drafter file is no target
     own = draft_candidates(cached_model_info(tiny_library["mtp"], cache_dir / "gguf-info"), entries, cache_dir)[0]
     assert own.name == INTEGRATED_MTP and own.entry.path == tiny_library["mtp"]
+
+
+def test_models_and_f8_name_a_model_alike(
+    tmp_path: Path, smollm2_q4_1: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 57.15: `models` named the shipped file by its GGUF name (``Smollm2 135M 8k Lc100K
+    Mix1 Ep2``, a training run's), F8 by file stem and quantization: now both use the latter."""
+    from skippy_tui.ui.model_picker import label
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / smollm2_q4_1.name).symlink_to(smollm2_q4_1)
+    (entry,) = scan([lib], None)
+    assert label(entry) == "SmolLM2-135M-Instruct Q4_1"
+    assert main(["models", "--dir", str(lib)]) == 0
+    row = capsys.readouterr().out.splitlines()[1]
+    assert row.startswith("SmolLM2-135M-Instruct Q4_1 ") and "Smollm2" not in row
+    assert main(["models", "--dir", str(lib), "--json"]) == 0
+    (model,) = json.loads(capsys.readouterr().out)["models"]
+    assert model["label"] == label(entry) and model["name"] == entry.name  # the GGUF name stays in the JSON
 
 
 def test_models_with_no_folder_says_so_in_one_line(
@@ -319,3 +339,50 @@ def test_human_units() -> None:
         "?", "950", "135M", "1.5B", "71B",
     ]  # fmt: skip
     assert [human_size(n) for n in (512, 98_362_432, 4_920_000_000)] == ["512 B", "93.8 MiB", "4.6 GiB"]
+
+
+# -- the README, --help and the app agree (issue 57.15) -------------------------------------------
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def _key_table() -> str:
+    """The README's table of the app's keys (under "Keys")."""
+    text = README.read_text("utf-8").split("## Keys", 1)[1]
+    return "\n".join(line for line in text.split("\n## ", 1)[0].splitlines() if line.startswith("|"))
+
+
+def test_bench_help_lists_the_prompts_and_no_flag_that_does_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    from skippy_tui.bench_suite import EXTRA, SUITE
+
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    out = capsys.readouterr().out
+    for prompt in SUITE + EXTRA:
+        assert re.search(rf"[ ,]{re.escape(prompt.name)}[,\s(]", out), prompt.name
+    # --with-combined is a no-op (ngram+model always runs): accepted from old scripts, not offered
+    assert "--with-combined" not in out and "--with-combined" not in README.read_text("utf-8")
+
+
+def test_help_and_readme_name_the_user_data_dir(capsys: pytest.CaptureFixture[str]) -> None:
+    from skippy_tui.config import config_path, data_dir, saved_path
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for path in (config_path(), saved_path(), data_dir()):
+        assert str(path) in out, path
+    assert "`~/.local/share/skippy-tui` on Linux" in README.read_text("utf-8")
+
+
+def test_the_readme_key_table_lists_every_palette_command_without_a_key() -> None:
+    from skippy_tui.config import Config
+    from skippy_tui.ui.app import SkippyApp
+    from skippy_tui.ui.commands import COMMANDS
+
+    app = SkippyApp(Config(), load_models=False)
+    keyless = [title for title, _, action in COMMANDS if not app.key_for(action)]
+    assert "Open transcript" in keyless
+    table = _key_table()
+    for title in keyless:
+        assert f'"{title}"' in table, title

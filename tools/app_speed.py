@@ -15,13 +15,14 @@ it (the median of those drifts less when the machine changes speed mid-series).
     python tools/app_speed.py -- --target T.gguf --draft D.gguf   # any model flags after --
     python tools/app_speed.py --replay             # the UI's own cost, no decoding (below)
     python tools/app_speed.py --app-env OMP_WAIT_POLICY=active   # a setting for the app alone
+    python tools/app_speed.py --yield-cpu --threads 1   # the UI at nice 19; one llama.cpp thread a model
 
 Each run also prints the CPU time of the app's UI thread from Enter to the saved
 reply. With ``--replay`` nothing decodes in the app: one reply is recorded
 headless (``run --json``), and the app, its engine in-process, streams those
 events at their recorded step times. The UI thread's CPU per reply is then what
 the UI asks for when nothing competes with it; beside a decoding engine on a
-small machine it gets less (it runs at nice 19), so compare the two.
+small machine it may get less (at nice 19 with ``--yield-cpu``, much less), so compare the two.
 
 Needs tmux and ``skippy-tui`` on PATH (the project's venv). Speed is noisy on a
 shared machine: quote medians, and run nothing else meanwhile.
@@ -48,7 +49,8 @@ PROMPT = "Write a detailed essay about the history of the printing press."
 def _config(tmp: Path, args: argparse.Namespace) -> Path:
     seed = f"{args.seed}" if args.seed is not None else '"random"'
     n_draft = f'"{args.n_draft}"' if args.n_draft == "auto" else args.n_draft
-    text = f"""
+    threads = f"[target]\nthreads = {args.threads}\nthreads_batch = {args.threads}\n" if args.threads else ""
+    text = f"""{threads}
 [speculation]
 n_draft = {n_draft}
 [sampling]
@@ -217,7 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--size", default="150x42", help="terminal size COLSxROWS")
     p.add_argument("--prompt", default=PROMPT)
-    p.add_argument("--equal-priority", dest="yield_cpu", action="store_false", help="the app's [ui] yield_cpu = false")
+    p.add_argument("--threads", type=int, default=0, help="llama.cpp threads per model (default: the config's)")
+    p.add_argument(
+        "--yield-cpu", action="store_true", help="the app's [ui] yield_cpu = true (its UI at nice 19; default: false)"
+    )
+    # the default since issue 57.12 (the UI at the normal priority); kept for old command lines
+    p.add_argument("--equal-priority", action="store_true", help=argparse.SUPPRESS)
     p.add_argument(
         "--app-env", action="append", default=[], metavar="NAME=VALUE", help="an environment setting for the app alone"
     )

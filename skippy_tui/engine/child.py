@@ -196,9 +196,10 @@ class EngineChild:
 
     def make_room(self) -> None:
         """Between two steps, wait while the app's UI handles a key or a click (at most
-        :data:`UI_PAUSE_MAX_S`). On a CPU build the engine's threads fill every core and
-        the UI runs at nice 19 (ui/priority.py): without the pause a key waited 1-2 s for
-        the UI thread to get a core; a step boundary is where stopping costs the least.
+        :data:`UI_PAUSE_MAX_S`). On a CPU build the engine's threads fill every core, and
+        the UI shares them with them (and with other programs; below them all with
+        ``[ui] yield_cpu``, ui/priority.py): without the pause a key waited for the UI
+        thread to get a core; a step boundary is where stopping costs the least.
 
         The UI says it is busy from its input thread, which needs a core and Python's GIL
         first: in a long chat Esc stayed unread, or unanswered, for 0.1-3 s. So input still

@@ -142,7 +142,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("ui", "color_origin", False, "bool", "colour replies by origin"),
     Option("ui", "autosave", False, "bool", "save each reply's transcript"),
     Option("ui", "transcript_dir", "", "str", "where transcripts are saved"),
-    Option("ui", "yield_cpu", True, "bool", "the engine yields the CPU to the UI"),
+    Option("ui", "yield_cpu", False, "bool", "Linux: the UI at nice 19 (faster when idle, slow keys under load)"),
     Option("ui", "history", True, "bool", "keep a chat history"),
     Option("ui", "engine", "process", "word", "the engine in its own process or a thread", words=("process", "thread")),
 )  # fmt: skip

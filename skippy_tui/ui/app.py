@@ -68,6 +68,7 @@ CHAT_ACTIONS = frozenset(
     | {"choose_models", "reload_config"}
 )
 CHAT_ACTIONS |= {"history"}  # issue 10: the chat history screen
+CHAT_ACTIONS |= {"save_defaults"}  # issue 57.6: F2/F3/F8's choices kept for the next start
 # what each app key does, for the help screen (F1); a binding's short description when missing
 KEY_HELP = {
     "stop": "stop the reply (within one step); cancel an edit; close the keys panel",

@@ -47,6 +47,11 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("Set repeat_last_n", "Penalty window in tokens: 0 = off, -1 = all (from the next step)", "tune('repeat_last_n')"),
     ("Set presence penalty", "Lower every seen token, 0 = off (from the next step)", "tune('presence_penalty')"),
     ("Set frequency penalty", "Lower tokens by times seen, 0 = off (from the next step)", "tune('frequency_penalty')"),
+    (
+        "Save settings as defaults",
+        "Open with F3's settings, the system prompt and the models (F8) from now on",
+        "save_defaults",
+    ),
     ("Show previous reply", "Show the previous reply's steps in the panel", "show_reply(-1)"),
     ("Show next reply", "Show the next reply's steps in the panel", "show_reply(1)"),
     ("Copy reply", "Copy the reply the panel shows to the clipboard", "copy_reply"),

@@ -17,8 +17,13 @@ from .button_row import ButtonRow
 
 def how_to_fix(error: BaseException, config_file: str) -> str:
     """A hint for one error: what to change, and where."""
-    from ..config import ConfigError
+    from ..config import ConfigError, SavedSettingsError
 
+    if isinstance(error, SavedSettingsError):
+        return (
+            f"Delete {error.path}: it holds only what the app saved (Ctrl+P, Save settings as defaults), "
+            "none of your config file. Or continue, set things again and save them: that replaces it."
+        )
     if isinstance(error, ConfigError):
         return (
             f"Edit the key named above in {config_file}, or start with --config PATH to use another file "

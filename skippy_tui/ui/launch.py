@@ -60,7 +60,7 @@ def native_stderr_to_log() -> Iterator[Path | None]:
 
 def _config(args: argparse.Namespace) -> tuple[Config, ConfigError | None]:
     try:
-        return config_from_args(args), None
+        return config_from_args(args, saved=True), None
     except ConfigError as e:
         # the defaults, but remember which file failed so the dialog names it
         given = getattr(args, "config", None)
@@ -68,8 +68,9 @@ def _config(args: argparse.Namespace) -> tuple[Config, ConfigError | None]:
 
 
 def _reload(args: argparse.Namespace) -> Config:
-    """The config as at launch, read again (F5): the file, then the flags. Raises ConfigError."""
-    return config_from_args(args)
+    """The config as at launch, read again (F5): the saved settings, the file, then the flags.
+    Raises ConfigError."""
+    return config_from_args(args, saved=True)
 
 
 def early_engine(config: Config) -> Any:

@@ -13,6 +13,7 @@ import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from textual import work
@@ -22,6 +23,7 @@ from textual.worker import Worker, WorkerState
 from ..config import ConfigError, config_path
 from ..engine.errors import SkippyError
 from ..engine.loader import EngineSpec, live_changes
+from ..saved import overridden, save_defaults
 from .error_screen import ErrorScreen, how_to_fix
 from .messages import LoadProgress
 from .model_picker import ModelChoice, SwitchFailedScreen, SwitchProgress, picker_for
@@ -178,9 +180,9 @@ class LoadingMixin:
         self.speculator = speculator
         if self._relay is not None:  # an engine process's pipe reader yields the CPU as the UI does
             lower_threads(getattr(speculator, "relay_threads", ()))
-            watch = getattr(speculator, "watch_terminal", None)
-            if watch is not None and not self.is_headless:  # keys not yet read pause its steps
-                watch(terminal_path())
+        watch = getattr(speculator, "watch_terminal", None)
+        if watch is not None and not self.is_headless:  # keys not yet read pause its steps (any priority)
+            watch(terminal_path())
         self.loading = False
         self.replay = False
         self.query_one("#loading").display = False
@@ -223,6 +225,25 @@ class LoadingMixin:
             self.notify("Models are loading: wait until they are ready.", severity="warning")
             return
         self.push_screen(picker_for(self), self._models_chosen)
+
+    def keep_library_dirs(self, dirs: list[Path]) -> str:
+        """The picker added a folder: ``dirs`` become ``[library] dirs`` for this session and
+        are saved for the next start (skippy_tui/saved.py). Returns what happened, for the
+        picker to say; a failed save keeps the folder for this session and says why."""
+        added = [str(d) for d in dirs]
+        self.config.set("library", "dirs", added)
+        values = {"library": {"dirs": added}}
+        try:
+            save_defaults(values)
+        except ConfigError as e:
+            return f"Added for this session only: {e}"
+        if overridden(self.config, values):
+            where = self.config.source or "the config file"
+            return (
+                f"Added for this session: {where} sets [library] dirs, which wins at the next start "
+                f"(add {added[-1]} there to keep it)."
+            )
+        return f"Added {added[-1]}: F8 lists its models from now on."
 
     def _models_chosen(self, choice: ModelChoice | None) -> None:
         if choice is None:
@@ -300,8 +321,11 @@ class LoadingMixin:
         if old is not None and owned:  # the engine touches no native state after its last event
             old.close()
         chat = " The conversation stays: the next reply prefills it." if self.transcript.entries else ""
-        title = "Models reloaded" if isinstance(choice, ConfigReload) else "Models switched"
-        self.notify(f"Now on {choice.label}.{chat}", title=title, timeout=5)
+        reload = isinstance(choice, ConfigReload)
+        hint = "" if reload else " Ctrl+P, Save settings as defaults opens on them at the next start."
+        self.notify(
+            f"Now on {choice.label}.{chat}{hint}", title="Models reloaded" if reload else "Models switched", timeout=7
+        )
 
     def on_unmount(self) -> None:
         """The app is closing: an engine process this app started ends with it (no orphan)."""

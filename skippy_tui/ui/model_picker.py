@@ -1,8 +1,12 @@
 """The model picker: choose a target from the library, then its draft, and switch to them.
 
-Two steps in one dialog. Step 1 lists the library's models (``[library] dirs``,
-scanned in a thread worker, so a first scan of large vocabularies never blocks
-the UI); broken files are listed dimmed with the reason and cannot be chosen.
+Two steps in one dialog. Step 1 lists the built-in default pair (to go back to
+it), then the library's models (``[library] dirs``, scanned in a thread worker,
+so a first scan of large vocabularies never blocks the UI); broken files are
+listed dimmed with the reason and cannot be chosen, and a model without a chat
+template is marked (a base model: it continues text rather than answering). A
+folder can be added there (typed, with its name completed from the disk): the
+library is scanned again at once, and the app keeps the folder for the next start.
 Step 2 lists the drafts for that target: its own MTP heads ("integrated MTP",
 when its file has heads), the compatible models and MTP drafter files (smallest
 first), "none" (plain decoding) and "n-gram only" (prompt lookup, no draft
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -28,18 +33,21 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Button, OptionList, Static
+from textual.suggester import Suggester
+from textual.widgets import Button, Input, OptionList, Static
 from textual.widgets.option_list import Option
 from textual.worker import Worker, WorkerState
 
 from ..engine.errors import ModelFileError
-from ..engine.labels import model_label
 from ..engine.settings import DRAFT_SOURCES
 from ..library import (
     INTEGRATED_MTP,
+    LABEL_WIDTH,
     DraftCandidate,
     LibraryEntry,
+    check_folder,
     draft_candidates,
+    entry_label,
     existing,
     human_params,
     human_size,
@@ -55,14 +63,22 @@ DraftMode = Literal["model", "none", "ngram", "mtp"]
 # [speculation] source values that draft with a draft model: all but n-gram lookup and MTP heads
 MODEL_SOURCES = tuple(s for s in DRAFT_SOURCES if s not in ("ngram", "mtp"))
 NONE_ID, NGRAM_ID = "plain", "ngram"  # draft row ids; model rows are "t<i>" / "d<i>"
-
-
-LABEL_WIDTH = 40
+BUILTIN_ID = "builtin"  # the target list's row of the built-in default pair
+BUILTIN_LABEL = "the built-in default pair (SmolLM2-135M-Instruct F32 + Q4_1)"
+NO_TEMPLATE = "no chat template"
 
 
 def label(e: LibraryEntry) -> str:
-    """File stem and quantization, as the status bar names a model (GGUF names often repeat)."""
-    return model_label(e.path, e.name, e.quantization, LABEL_WIDTH)
+    """File stem and quantization, as the status bar and ``skippy-tui models`` name a model
+    (GGUF names often repeat)."""
+    return entry_label(e)
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two config paths name the same model file ("": the built-in target)."""
+    if not a or not b:
+        return a == b
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def tidy(path: Path) -> str:
@@ -89,11 +105,19 @@ class ModelChoice:
     mode: DraftMode = "none"
     draft: Path | None = None
     draft_name: str = ""
+    builtin: bool = False  # the built-in default pair: no paths in the config (target and draft unused)
+
+    @classmethod
+    def default_pair(cls) -> ModelChoice:
+        """The built-in default pair, as the config says it: no target or draft path."""
+        return cls(Path(), BUILTIN_LABEL, "model", None, "", builtin=True)
 
     @property
     def label(self) -> str:
         """``Gemma 3 270m + SmolLM2 Q4_1``, ``… + integrated MTP``, ``… + X (MTP drafter)``,
         ``… (plain decoding)``, ``… + n-gram drafting``."""
+        if self.builtin:
+            return self.target_name
         if self.mode == "model":
             return f"{self.target_name} + {self.draft_name}"
         if self.mode == "mtp":
@@ -108,11 +132,13 @@ class ModelChoice:
         as the draft, or none for the target's own heads); "none" sets ``model`` (with
         no draft model that is plain decoding: no n-gram fallback); "n-gram only" sets ``ngram``.
         A new target drops ``[target] chat_template``: an override belongs to the
-        model it was written for. Only memory changes; the file is not rewritten.
+        model it was written for. The built-in pair clears both paths. Only memory
+        changes; the file is not rewritten.
         """
-        if os.path.realpath(cfg.get("target", "path") or "") != os.path.realpath(self.target):
+        target = "" if self.builtin else str(self.target)
+        if not _same_file(cfg.get("target", "path") or "", target):
             cfg.set("target", "chat_template", "")
-        cfg.set("target", "path", str(self.target))
+        cfg.set("target", "path", target)
         drafts = self.mode in ("model", "mtp")
         cfg.set("draft", "path", str(self.draft) if drafts and self.draft else "")
         cfg.set("draft", "enabled", drafts)
@@ -176,12 +202,48 @@ class ScanReading(Message):
         self.path = path
 
 
+def complete_folder(typed: str) -> str | None:
+    """``typed`` completed with the first sub-folder whose name it begins (``~/mo`` →
+    ``~/models/``), or None. Hidden folders only when their dot is typed."""
+    if not typed:
+        return None
+    full = Path(typed).expanduser()
+    parent, prefix = (full, "") if typed.endswith(os.sep) else (full.parent, full.name)
+    try:
+        names = sorted(
+            d.name
+            for d in os.scandir(parent)
+            if d.is_dir() and d.name.startswith(prefix) and (prefix.startswith(".") or not d.name.startswith("."))
+        )
+    except OSError:
+        return None
+    if not names:
+        return None
+    return typed + names[0][len(prefix) :] + os.sep
+
+
+class FolderSuggester(Suggester):
+    """Suggests the rest of a folder's name as the user types its path (→ takes it)."""
+
+    def __init__(self) -> None:
+        super().__init__(use_cache=False, case_sensitive=True)  # folders come and go
+
+    async def get_suggestion(self, value: str) -> str | None:
+        return complete_folder(value)
+
+
+KeepDirs = Callable[[list[Path]], str]
+"""Keeps the library's folders after one was added (the app: for this session and the next
+start); returns what it did, for the picker to say."""
+
+
 class ModelPickerScreen(ModalScreen["ModelChoice | None"]):
     """Choose a target, then a draft for it. Returns a :class:`ModelChoice`, or None (Esc).
 
     ``dirs``: the library folders; ``cache_dir``: the header caches' root (see
     :func:`library.scan`); ``current``: the loaded target and draft files, marked
-    in the lists.
+    in the lists; ``builtin_loaded``: the built-in default pair is the loaded one;
+    ``keep_dirs``: called with the folders once one is added (:data:`KeepDirs`).
     """
 
     DEFAULT_CSS = """
@@ -193,15 +255,31 @@ class ModelPickerScreen(ModalScreen["ModelChoice | None"]):
         height: auto;
         max-height: 20;
     }
+    ModelPickerScreen #picker-folder {
+        margin: 0 0 1 0;
+    }
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "Back / cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "back", "Back / cancel"),
+        Binding("a", "add_folder", "Add a folder"),  # the folder field, once focused, types its own "a"
+    ]
 
-    def __init__(self, dirs: list[Path], cache_dir: Path | None, current: tuple[Path | None, Path | None]) -> None:
+    def __init__(
+        self,
+        dirs: list[Path],
+        cache_dir: Path | None,
+        current: tuple[Path | None, Path | None],
+        builtin_loaded: bool = False,
+        keep_dirs: KeepDirs | None = None,
+    ) -> None:
         super().__init__()
         self.dirs = dirs
         self.cache_dir = cache_dir
         self.current = {os.path.realpath(p) for p in current if p is not None}
+        self.builtin_loaded = builtin_loaded
+        self.keep_dirs = keep_dirs
+        self._added = ""  # what keep_dirs said, shown once the new folder is scanned
         self.step: Literal["scanning", "target", "judging", "draft"] = "scanning"
         self.entries: list[LibraryEntry] = []
         self.target: LibraryEntry | None = None
@@ -213,14 +291,16 @@ class ModelPickerScreen(ModalScreen["ModelChoice | None"]):
             v.border_title = "Choose models · 1 of 2: target"
             v.border_subtitle = "esc cancel"
             yield Static("", id="picker-state", markup=False)
+            folder = Input(placeholder="a folder of GGUF files, e.g. ~/models", id="picker-folder", compact=True)
+            folder.suggester = FolderSuggester()
+            folder.display = False
+            yield folder
             yield OptionList(id="picker-list", markup=False)
 
     def on_mount(self) -> None:
         found = existing(self.dirs)
-        if not found:
-            where = ", ".join(tidy(d) for d in self.dirs) or "nowhere"
-            self._state(f"No model folders found (looked in {where}). Set [library] dirs in the config file.")
-            self.step = "target"
+        if not found:  # the built-in pair, and a field to add a folder
+            self._show_targets()
             return
         self._state(f"scanning {self._folders(found)}…")
         self._scan(found)
@@ -270,23 +350,86 @@ class ModelPickerScreen(ModalScreen["ModelChoice | None"]):
         self.step = "target"
         dialog = self.query_one("#dialog")
         dialog.border_title = "Choose models · 1 of 2: target"
-        dialog.border_subtitle = "enter choose · esc cancel"
+        dialog.border_subtitle = "enter choose · a add a folder · esc cancel"
         good = [e for e in self.entries if not e.broken]
-        broken = len(self.entries) - len(good)
+        self._state("\n".join(x for x in (note, self._added, self._summary(good)) if x))
+        self._added = ""
+        ol = self.options
+        ol.clear_options()
+        ol.add_option(self._builtin_option())
+        ol.add_options([self._target_option(i, e) for i, e in enumerate(self.entries)])
+        if good:
+            index = self.entries.index(self.target) if self.target in good else self.entries.index(good[0])
+            ol.highlighted = ol.get_option_index(f"t{index}")
+        else:
+            ol.highlighted = 0
+        if existing(self.dirs):
+            ol.focus()
+        else:
+            self.action_add_folder()
+
+    def _summary(self, good: list[LibraryEntry]) -> str:
         found = existing(self.dirs)
+        if not found:
+            where = ", ".join(tidy(d) for d in self.dirs) or "nowhere"
+            return (
+                f"No model folders found (looked in {where}). Type a folder of GGUF files below (enter adds it "
+                "and lists its models; → completes a folder's name), or choose the built-in default pair."
+            )
+        broken = len(self.entries) - len(good)
         summary = f"{len(good)} model{'s' if len(good) != 1 else ''} in {self._folders(found)}"
         if broken:
             summary += f" ({broken} broken: listed last, dimmed)"
         if not good:
             summary = f"No usable GGUF models in {self._folders(found)}." + (f" {broken} broken." if broken else "")
-        self._state(f"{note}\n{summary}" if note else summary)
-        ol = self.options
-        ol.clear_options()
-        ol.add_options([self._target_option(i, e) for i, e in enumerate(self.entries)])
-        if good:
-            index = self.entries.index(self.target) if self.target in good else 0
-            ol.highlighted = index
-        ol.focus()
+        return summary
+
+    def _builtin_option(self) -> Option:
+        """The built-in default pair, first: the way back to it once another pair is loaded."""
+        from ..engine.defaults import smollm2_q4_1_path
+
+        try:
+            smollm2_q4_1_path()
+        except ModelFileError as e:
+            return Option(Text(f"{BUILTIN_LABEL}: {e}", style="dim"), BUILTIN_ID, disabled=True)
+        row = Text(BUILTIN_LABEL)
+        if self.builtin_loaded:
+            row.append("  (loaded)", style="bold")
+        row.append("\n   shipped with skippy-tui; the F32 target is derived once into the cache", style="dim")
+        return Option(row, BUILTIN_ID)
+
+    # -- adding a folder --------------------------------------------------------------------
+
+    @property
+    def folder_field(self) -> Input:
+        return self.query_one("#picker-folder", Input)
+
+    def action_add_folder(self) -> None:
+        if self.step != "target":
+            return
+        self.folder_field.display = True
+        self.folder_field.focus()
+
+    @on(Input.Submitted, "#picker-folder")
+    def _folder_entered(self, event: Input.Submitted) -> None:
+        """A folder typed: checked, added to the library (kept by ``keep_dirs``) and scanned;
+        a bad one is said in the state line and stays in the field to correct."""
+        event.stop()
+        problem, folder = check_folder(event.value)
+        if problem:
+            self._state(problem)
+            return
+        if any(os.path.realpath(d) == os.path.realpath(folder) for d in existing(self.dirs)):
+            self._state(f"{tidy(folder)} is in the library already.")
+            return
+        self.dirs = [*self.dirs, folder]
+        self._added = self.keep_dirs(self.dirs) if self.keep_dirs is not None else f"Added {tidy(folder)}."
+        self.folder_field.value = ""
+        self.folder_field.display = False
+        self.step = "scanning"
+        self.options.clear_options()
+        self._state(f"scanning {self._folders(existing(self.dirs))}…")
+        self._scan(existing(self.dirs))
 
     def _target_option(self, i: int, e: LibraryEntry) -> Option:
         if e.broken:
@@ -299,9 +442,12 @@ class ModelPickerScreen(ModalScreen["ModelChoice | None"]):
             why = "MTP drafter: a draft for its target"
             row = Text(f"{head}{human_size(e.size_bytes):>10}  {why}\n   {tidy(e.path)}", style="dim")
             return Option(row, f"t{i}", disabled=True)
-        notes = " · ".join(n for n in (e.notes, "" if e.has_template else "no chat template") if n)
         row = Text(head)
-        row.append(f"{human_size(e.size_bytes):>10}  {ctx:<10} {notes}")
+        row.append(f"{human_size(e.size_bytes):>10}  {ctx:<10} ")
+        if e.notes:
+            row.append(f"{e.notes} ")
+        if not e.has_template:  # a base model: it continues the text rather than answering it
+            row.append(f"⚠ {NO_TEMPLATE}", style="bold yellow")
         if os.path.realpath(e.path) in self.current:
             row.append("  (loaded)", style="bold")
         row.append(f"\n   {e.name} · {tidy(e.path)}", style="dim")
@@ -329,8 +475,16 @@ class ModelPickerScreen(ModalScreen["ModelChoice | None"]):
         good = [c for c in self.candidates if c.compatible and not c.integrated]
         bad = [c for c in self.candidates if not c.compatible]
         heads = any(c.integrated and c.compatible for c in self.candidates)
+        warning = ""
+        if not self.target.has_template:
+            warning = (
+                f"⚠ {label(self.target)} has no chat template: likely a base model, which continues a text "
+                "rather than answering a chat (the shipped Gemma 3 270M answers nonsense). Set [target] "
+                "chat_template in the config to give it one.\n"
+            )
         self._state(
-            ("Its own MTP heads can draft; " if heads else "")
+            warning
+            + ("Its own MTP heads can draft; " if heads else "")
             + f"{len(good)} compatible draft model{'s' if len(good) != 1 else ''} (same tokenizer)"
             + (f"; {len(bad)} cannot draft for it (dimmed, with the reason)" if bad else "")
             + ". The conversation stays: the new models prefill it."
@@ -370,7 +524,9 @@ class ModelPickerScreen(ModalScreen["ModelChoice | None"]):
     def _selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
         oid = event.option.id or ""
-        if self.step == "target" and oid.startswith("t"):
+        if self.step == "target" and oid == BUILTIN_ID:
+            self.dismiss(ModelChoice.default_pair())
+        elif self.step == "target" and oid.startswith("t"):
             self.target = self.entries[int(oid[1:])]
             self.step = "judging"
             self.options.clear_options()
@@ -391,7 +547,11 @@ class ModelPickerScreen(ModalScreen["ModelChoice | None"]):
                     self.dismiss(ModelChoice(t.path, label(t), "mtp" if c.mtp else "model", d.path, label(d)))
 
     def action_back(self) -> None:
-        if self.step in ("draft", "judging") and self.entries:
+        if self.folder_field.display and self.folder_field.has_focus and existing(self.dirs):
+            self.folder_field.display = False  # the folder not added; back to the list
+            self.options.focus()
+            return
+        if self.step in ("draft", "judging"):
             self.workers.cancel_group(self, "picker")
             self._show_targets()
         else:
@@ -409,4 +569,7 @@ def picker_for(app: Any) -> ModelPickerScreen:
         spec.target_info.path if spec is not None and spec.target_info else None,
         spec.draft_info.path if spec is not None and spec.draft_info else None,
     )
-    return ModelPickerScreen(library_dirs(app.config.get("library", "dirs")), cache_dir(), current)
+    cfg = app.config
+    builtin = spec is not None and not cfg.get("target", "path") and cfg.get("draft", "enabled")
+    dirs = library_dirs(cfg.get("library", "dirs"))
+    return ModelPickerScreen(dirs, cache_dir(), current, builtin, getattr(app, "keep_library_dirs", None))

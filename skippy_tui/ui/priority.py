@@ -1,41 +1,35 @@
-"""The UI yields the CPU to the engine: its threads run at the lowest priority,
-and the engine makes room for the UI when the user acts.
+"""The UI's CPU priority beside the engine's, and the engine making room for the UI
+when the user acts.
 
-On a CPU build the engine's llama.cpp threads use every core, and each decode
-ends at a barrier: when the UI thread (rendering, layout) takes a core, one
-llama.cpp thread waits and the others spin, so every millisecond of UI work
-costs the engine about as much again. Measured on 2 cores, 512 tokens at k=4
-(``tools/app_speed.py``): 0.66 × headless with equal priorities.
+Nice values rank every thread of the machine, not only this app's. The UI used to
+run at the lowest priority (nice 19) so that its rendering never took a core from
+the engine's llama.cpp threads, which meet at a barrier after every operation (one
+thread waiting for a core holds up the others). But other programs run at the normal
+priority too, and under their load a UI at nice 19 got almost no CPU: keys waited
+seconds for it, a dialog opened seconds late, Esc stopped a reply late or not at all
+(``tools/esc_latency.sh`` with ``BURN`` busy loops beside the app measures it). So by
+default (``[ui] yield_cpu = false``) every thread of the app keeps the normal
+priority, the engine's included: a UI that answers at once under load is worth more
+than the engine's speed beside a busy UI on an otherwise idle machine.
 
-Linux lets an unprivileged process raise (never lower) a *thread's* nice
-value, and a new thread inherits its creator's. So the engine's worker threads
-are started first (at the normal priority; llama.cpp's threads are created by
-them and inherit it), made the event loop's default executor — where
-Textual's thread workers run — and only then are the UI's threads
-(the event loop, Textual's input and output threads) lowered. The UI still gets
-every idle moment, and all of the CPU between replies.
+``[ui] yield_cpu = true`` brings the low priority back, for a machine that runs
+nothing else. Linux lets an unprivileged process raise (never lower) a *thread's*
+nice value, and a new thread inherits its creator's. So the engine's worker threads
+are started first (at the normal priority; llama.cpp's threads are created by them
+and inherit it), made the event loop's default executor, where Textual's thread
+workers run, and only then are the UI's threads (the event loop, Textual's input and
+output threads) lowered. With ``[ui] engine = "process"`` (engine/process.py) the
+engine runs in a child process, which starts with the nice value of the thread that
+starts it: the load worker, one of those engine threads. This process's threads that
+only pass the child's events on (the pipe reader, the relay the reply's events go
+through) then drop to the UI's nice value, since each of their wake-ups would
+otherwise preempt a llama.cpp thread.
 
-With ``[ui] engine = "process"`` (engine/process.py) the engine runs in a child
-process; a child starts with the nice value of the thread that starts it, so
-the load worker (one of these engine threads) starts it at the normal priority.
-This process's threads that only pass the child's events on (the pipe reader,
-the relay the reply's events go through) then drop to the UI's nice value: at
-nice 0 each of their wake-ups, one or two per step, preempted a llama.cpp thread.
-
-Measured with the engine process on 2 cores, 512 tokens at k = 4 (``tools/app_speed.py``,
-medians of 3 per run, 2026-12-01/02): app / headless 0.695 at equal priorities, 0.915–0.932
-with the UI at nice 19, 0.927–0.968 (median 0.95) with the relays at nice 19 too.
-``SCHED_IDLE`` for the UI's threads and the event relays was tried: 0.97–1.0 over
-seven runs, but it starved the UI while decoding (quitting mid-reply took 4.6 s,
-median of 6, against 1.5 s at nice 19, the UI working through its backlog of the
-reply's events): not kept.
-
-At nice 19 the UI thread still waited 1-2 s for a core when a key came in while
-the engine decoded. So the input thread, which only reads the terminal, says so
-at once (:func:`room_making_driver`), and an engine process waits between two
-steps until the UI has handled the input and redrawn (at most 0.25 s:
-engine/child.py). Typing or clicking costs the engine a pause per event;
-mouse moves do not count.
+At either priority the engine makes room for the user: Textual's input thread, which
+only reads the terminal, says when a key, a click, a scroll or a paste comes in
+(:func:`room_making_driver`), and an engine process waits between two steps until the
+UI has handled it and redrawn (at most a quarter of a second, engine/child.py), as it
+does while the terminal holds input the UI has not read yet. Mouse moves do not count.
 """
 
 from __future__ import annotations

@@ -6,12 +6,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..config import ConfigError
 from ..engine.arch import mtp_heads_usable
 from ..engine.sampling import SamplingParams
 from ..engine.settings import DRAFT_SOURCES
+from ..saved import overridden, save_defaults
 from ..transcript import sampling_label
 from .system_prompt_screen import SystemPromptScreen
 from .tune_screen import TuneScreen
+
+KEEP_HINT = " Ctrl+P, Save settings as defaults keeps it for the next start."
 
 
 def offered_sources(spec: Any) -> tuple[tuple[str, ...], str]:
@@ -31,13 +35,13 @@ def offered_sources(spec: Any) -> tuple[tuple[str, ...], str]:
 
 def no_heads_reason(info: Any) -> str:
     """Why a loaded target drafts with no MTP heads: its file has none (or none llama.cpp can
-    run), or they were not loaded (only ``source = "mtp"`` loads a target's own heads)."""
+    run), or they were not loaded (drafts are off: ``--no-draft``, ``[draft] enabled = false``)."""
     if info is None:
         return "no MTP heads are loaded"
     why = mtp_heads_usable(info.architecture, info.n_nextn)
     if why:
         return f"the target cannot draft with MTP heads ({why})"
-    return 'the target\'s MTP heads are not loaded: choose "integrated MTP" in F8, or set [speculation] source = "mtp"'
+    return 'the target\'s MTP heads are not loaded (drafts are off): choose "integrated MTP" in F8'
 
 
 def tune_notice(values: dict[str, Any], before: SamplingParams, max_tokens: int | None = None, source: str = "") -> str:
@@ -57,7 +61,7 @@ def tune_notice(values: dict[str, Any], before: SamplingParams, max_tokens: int 
 
 
 class TuningMixin:
-    """F2, F3 and F4 for the app.
+    """F2, F3 and F4 for the app, and saving F2's, F3's and F8's choices as defaults.
 
     Relies on the app's ``config`` (the settings when no models are loaded), ``speculator``
     (``update()`` takes n_draft, p_min and enabled), ``sampling`` and ``generation`` (read
@@ -75,7 +79,7 @@ class TuningMixin:
             await self._place_system_notes()
             self.chat.scroll_end(animate=False)
             kept = " The turns before keep the one they were sent with." if sent else ""
-            self.notify(f"System prompt set: it applies from the next reply.{kept}", timeout=4)
+            self.notify(f"System prompt set: it applies from the next reply.{kept}{KEEP_HINT}", timeout=6)
             self._save_history()
 
         self.push_screen(SystemPromptScreen(self.transcript.current_system), done)
@@ -121,7 +125,7 @@ class TuningMixin:
                 notice = tune_notice(values, before, max_tokens, source)
                 if values["source"] != source and spec is not None and not spec.speculation.enabled:
                     notice += " Speculation is off: F4 turns it on."
-                self.notify(notice, timeout=4)
+                self.notify(notice + KEEP_HINT, timeout=6)
                 self._update_status()
 
         max_tokens = self.generation.max_tokens
@@ -129,3 +133,49 @@ class TuningMixin:
         screen = TuneScreen(n_draft, p_min, self.sampling, focus, apply, max_tokens=max_tokens, source=source,
                             sources=sources, source_note=note, draft_settings=draft_settings)  # fmt: skip
         self.push_screen(screen, done)
+
+    def current_defaults(self) -> dict[str, dict[str, Any]]:
+        """The settings "Save settings as defaults" keeps: F3's (n_draft, p_min, sampling,
+        max_tokens), F2's system prompt and the pair F8 chose (paths, draft on/off, source)."""
+        spec, cfg, s = self.speculator, self.config, self.sampling
+        speculation = spec.speculation if spec is not None else None
+        return {
+            "target": {"path": cfg.get("target", "path")},
+            "draft": {"path": cfg.get("draft", "path"), "enabled": cfg.get("draft", "enabled")},
+            "speculation": {
+                "n_draft": speculation.n_draft if speculation else cfg.get("speculation", "n_draft"),
+                "p_min": float(speculation.p_min if speculation else cfg.get("speculation", "p_min")),
+                "source": speculation.source if speculation else cfg.get("speculation", "source"),
+            },
+            "sampling": {
+                **{k: v for k, v in dataclasses.asdict(s).items() if k != "seed"},
+                "seed": "random" if s.seed is None else s.seed,
+            },
+            "generation": {"max_tokens": self.generation.max_tokens, "system_prompt": self.transcript.current_system},
+        }
+
+    def action_save_defaults(self) -> None:
+        """Write :meth:`current_defaults` to the saved settings (skippy_tui/saved.py): the next
+        start opens with them. Keys the config file sets otherwise are named: the file wins."""
+        values = self.current_defaults()
+        try:
+            path = save_defaults(values)
+        except ConfigError as e:
+            self.notify(str(e), title="Settings not saved", severity="error", timeout=10)
+            return
+        shadowed = overridden(self.config, values)
+        if shadowed:
+            where = self.config.source.name if self.config.source else "the config file"
+            self.notify(
+                f"Saved to {path}, but {where} sets " + ", ".join(shadowed) + ", which wins at the next "
+                "start: remove it there to use the saved value.",
+                title="Settings saved",
+                severity="warning",
+                timeout=12,
+            )
+            return
+        self.notify(
+            f"F3's settings, the system prompt and the models open like this at the next start ({path}).",
+            title="Settings saved as defaults",
+            timeout=6,
+        )

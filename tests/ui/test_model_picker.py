@@ -27,8 +27,10 @@ from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.chat import UserMessage
 from skippy_tui.ui.model_picker import (
+    BUILTIN_ID,
     MODEL_SOURCES,
     NGRAM_ID,
+    NO_TEMPLATE,
     NONE_ID,
     ModelChoice,
     ModelPickerScreen,
@@ -99,7 +101,8 @@ async def _choose(pilot: Any, picker: ModelPickerScreen, option_id: str) -> None
 
 
 def _target_id(picker: ModelPickerScreen, name_part: str) -> str:
-    return next(oid for oid, disabled, text in _rows(picker) if name_part in text and not disabled)
+    rows = _rows(picker)
+    return next(oid for oid, disabled, text in rows if name_part in text and not disabled and oid != BUILTIN_ID)
 
 
 async def _to_drafts(app: SkippyApp, pilot: Any, picker: ModelPickerScreen, name_part: str) -> None:
@@ -141,14 +144,15 @@ def test_choice_sets_the_pair_in_the_config_only_when_applied(tmp_path: Path) ->
 
 
 def test_an_mtp_choice_sets_source_mtp_with_the_drafter_file_or_none(tmp_path: Path) -> None:
-    """F8's "integrated MTP" drafts with the target's own heads (no draft file, a draft asked
+    """F8's "integrated MTP" drafts with the target's own heads (no draft file, heads asked
     for); an MTP drafter file is the draft, with source mtp (never loaded as a draft model)."""
     target, drafter = tmp_path / "t.gguf", tmp_path / "mtp.gguf"
     for draft, d_path in ((None, ""), (drafter, str(drafter))):
         cfg = ui_config(speculation={"source": "ngram+model"})
         choice = ModelChoice(target, "T", "mtp", draft, "M")
         spec = choice.spec(cfg)
-        assert spec.use_draft and spec.speculation.enabled and spec.speculation.source == "mtp"
+        assert (spec.use_draft if draft else spec.heads) and spec.speculation.enabled
+        assert spec.speculation.source == "mtp"
         assert (spec.draft.path if spec.draft else None) == draft
         choice.apply(cfg)
         assert (cfg.get("draft", "path"), cfg.get("draft", "enabled"), cfg.get("speculation", "source")) == (
@@ -217,10 +221,85 @@ def test_picker_without_library_folders_says_where_it_looked(tmp_path: Path) -> 
             picker = await _open_picker(app, pilot)
             state = str(picker.query_one("#picker-state").render())
             assert "No model folders found" in state and "nowhere" in state
-            assert picker.options.option_count == 0
+            assert [oid for oid, _, _ in _rows(picker)] == [BUILTIN_ID]  # the built-in pair only
             await pilot.press("escape")
             await wait_until(pilot, lambda: not isinstance(app.screen, ModelPickerScreen), 10, "the picker to close")
             assert app.speculator is None and app.switching is None
+
+    run(body())
+
+
+def _state(picker: ModelPickerScreen) -> str:
+    return str(picker.query_one("#picker-state").render())
+
+
+def test_a_folder_typed_in_f8_is_scanned_at_once_and_kept(tmp_path: Path, library: Path, cache_dir: Path) -> None:
+    """Issue 57.7: with no library folder, F8 said to edit the config and press F5. Now the
+    folder is typed there (a bad one is said and stays to correct), the library is read at
+    once, and the folder is kept for the next start (saved.toml, not the config file)."""
+    from skippy_tui.config import config_path, read_saved
+
+    async def body() -> None:
+        cfg = ui_config(library={"dirs": [str(tmp_path / "nowhere")]})
+        app = SkippyApp(cfg, transcript=Transcript.load(CHAT_JSON), load_models=False)
+        async with app.run_test(size=SIZE) as pilot:
+            picker = await _open_picker(app, pilot)
+            field = picker.folder_field
+            assert field.display and app.focused is field  # typed straight away
+            for typed, said in [
+                ("", "Type the path of a folder"),
+                (str(tmp_path / "missing"), "No such folder"),
+                (str(library / "truncated.gguf"), "is a file, not a folder"),
+            ]:
+                field.value = typed
+                await pilot.press("enter")
+                await pilot.pause()
+                assert said in _state(picker), _state(picker)
+                assert picker.step == "target" and field.value == typed  # kept, to correct
+            field.value = str(library)[:-2]  # "…/mode": completed from the disk
+            field.cursor_position = len(field.value)
+            await pilot.pause()
+            await wait_until(pilot, lambda: field._suggestion == str(library) + "/", 5, "the completion")
+            await pilot.press("right")
+            assert field.value == str(library) + "/"
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: picker.step == "target" and len(_rows(picker)) == 5, 120, "the scan")
+            assert f"Added {library}: F8 lists its models from now on." in _state(picker)
+            assert not field.display and app.focused is picker.options
+            assert app.config.get("library", "dirs") == [str(tmp_path / "nowhere"), str(library)]
+            assert read_saved()["library"]["dirs"] == [str(tmp_path / "nowhere"), str(library)]
+            assert not config_path().exists()
+            # "a" opens the field again; Esc there goes back to the list, not out
+            await pilot.press("a")
+            assert field.display and app.focused is field
+            await pilot.press("escape")
+            assert not field.display and isinstance(app.screen, ModelPickerScreen)
+
+    run(body())
+
+
+def test_the_built_in_pair_is_listed_to_switch_back_to(tmp_path: Path, library: Path) -> None:
+    """Issue 57.7: once another pair was chosen, F8 offered no way back to the built-in pair."""
+    cfg = ui_config(target={"path": str(library / "gemma-3-270m-q4_k_m.gguf"), "chat_template": "chatml"})
+    cfg.set("draft", "enabled", False)
+    choice = ModelChoice.default_pair()
+    spec = choice.spec(cfg)
+    assert spec.target.path is None and spec.draft is not None and spec.draft.path is None and spec.use_draft
+    choice.apply(cfg)
+    assert (cfg.get("target", "path"), cfg.get("target", "chat_template"), cfg.get("draft", "path")) == ("", "", "")
+    assert cfg.get("draft", "enabled") and choice.label.startswith("the built-in default pair")
+
+    async def body() -> None:
+        app = SkippyApp(_config(library), transcript=Transcript.load(CHAT_JSON), load_models=False)
+        chosen: list[Any] = []
+        app._models_chosen = chosen.append  # type: ignore[method-assign]  # the choice, not its load
+        async with app.run_test(size=SIZE) as pilot:
+            picker = await _open_picker(app, pilot)
+            oid, disabled, text = _rows(picker)[0]
+            assert (oid, disabled) == (BUILTIN_ID, False) and "SmolLM2-135M-Instruct F32 + Q4_1" in text
+            await _choose(pilot, picker, BUILTIN_ID)
+            await wait_until(pilot, lambda: bool(chosen), 10, "the choice")
+            assert chosen[0].builtin
 
     run(body())
 
@@ -234,19 +313,23 @@ def test_picker_lists_targets_then_compatible_drafts(library: Path, cache_dir: P
         async with app.run_test(size=SIZE) as pilot:
             picker = await _open_picker(app, pilot)
             rows = _rows(picker)
-            assert len(rows) == 4
+            assert len(rows) == 5 and rows[0][0] == BUILTIN_ID
             enabled = [text for _, disabled, text in rows if not disabled]
-            assert len(enabled) == 3 and any(GEMMA_NAME in t for t in enabled)
+            assert len(enabled) == 4 and any(GEMMA_NAME in t for t in enabled)
             (broken,) = [text for _, disabled, text in rows if disabled]
             assert "truncated" in broken and "broken: truncated or corrupt GGUF" in broken
+            # issue 57.7: a base model (no chat template) is marked, and warned about once chosen
+            (gemma,) = [text for _, _, text in rows if GEMMA_NAME in text]
+            assert NO_TEMPLATE in gemma and all(NO_TEMPLATE not in t for t in enabled if GEMMA_NAME not in t)
             await _to_drafts(app, pilot, picker, GEMMA_NAME)
+            assert "gemma-3-270m Q4_K_M has no chat template: likely a base model" in _state(picker)
             rows = _rows(picker)
             assert [oid for oid, disabled, _ in rows if not disabled] == [NONE_ID, NGRAM_ID]
             refused = [text for _, disabled, text in rows if disabled and text]
             assert len(refused) == 2 and all("vocab type differs" in t and "is BPE" in t for t in refused), refused
             await pilot.press("escape")  # back to the targets, not out
             await wait_until(pilot, lambda: picker.step == "target", 10, "the target list")
-            assert isinstance(app.screen, ModelPickerScreen) and len(_rows(picker)) == 4
+            assert isinstance(app.screen, ModelPickerScreen) and len(_rows(picker)) == 5
             await _to_drafts(app, pilot, picker, "F32")
             ids = [oid for oid, disabled, _ in _rows(picker) if not disabled]
             assert ids[0].startswith("d") and ids[1:] == [NONE_ID, NGRAM_ID]  # the Q4_1 drafts for the F32

@@ -53,7 +53,11 @@ def nice(tid):
     return os.getpriority(os.PRIO_PROCESS, tid)
 
 async def main():
-    app = SkippyApp(ui_config(max_tokens=48, ui={"engine": "process"}), yield_cpu=True)
+    cfg = ui_config(max_tokens=48, ui={"engine": "process"})
+    # "default": as the launcher starts the app, with the config's yield_cpu
+    yield_cpu = bool(cfg.get("ui", "yield_cpu")) if sys.argv[2] == "default" else True
+    app = SkippyApp(cfg, yield_cpu=yield_cpu)
+    start = nice(threading.get_native_id())
     seen = {}
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_until(pilot, lambda: app.speculator is not None, 240, "the models to load")
@@ -64,10 +68,12 @@ async def main():
             for t in threading.enumerate():
                 if t.native_id is not None:
                     seen[t.name.split("_")[0]] = nice(t.native_id)
+            seen["ui"] = nice(threading.get_native_id())  # the event loop's thread
             await pilot.pause(0.02)
         engine = nice(app.speculator.pid)
         await pilot.press("ctrl+q")
-    print(engine, seen.get("skippy-engine-pipe"), seen.get("skippy-relay"), app.transcript.entries[-1].finish.reason)
+    finish = app.transcript.entries[-1].finish.reason
+    print(start, seen["ui"], engine, seen.get("skippy-engine-pipe"), seen.get("skippy-relay"), finish)
 
 asyncio.run(main())
 """
@@ -77,12 +83,26 @@ asyncio.run(main())
 def test_an_engine_process_keeps_its_priority_and_its_relays_yield_as_the_ui_does() -> None:
     """The child decodes at the normal priority; the app's threads that only pass its events
     on (the pipe reader, the relay) run at the UI's nice 19, so they do not preempt it."""
-    here = str(Path(__file__).parent)
-    out = subprocess.run([sys.executable, "-c", APP, here], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    engine, reader, relay, reason = out.stdout.split()[-4:]
+    start, ui, engine, reader, relay, reason = _app_priorities("true")
+    assert int(start) < 19
     assert int(engine) < 19 and reason in ("eos", "max_tokens")
-    assert reader == "19" and relay == "19"
+    assert ui == reader == relay == "19"
+
+
+def _app_priorities(yield_cpu: str) -> list[str]:
+    here = str(Path(__file__).parent)
+    out = subprocess.run([sys.executable, "-c", APP, here, yield_cpu], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.split()[-6:]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="thread priorities are Linux-only")
+def test_by_default_the_ui_keeps_the_normal_priority_under_other_programs_load() -> None:
+    """Issue 57.12: at nice 19 the UI starved under other programs' load (keys and Esc took
+    seconds). By default every thread of the app, the engine's included, stays where it started."""
+    start, ui, engine, reader, relay, reason = _app_priorities("default")
+    assert reason in ("eos", "max_tokens")
+    assert ui == engine == reader == start and relay == "None"  # no relay thread: the worker passes events on
 
 
 def test_the_input_thread_makes_room_for_keys_clicks_scrolls_and_pastes_not_moves() -> None:
