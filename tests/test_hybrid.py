@@ -263,6 +263,27 @@ def test_a_micro_batch_smaller_than_the_snapshots_need_is_refused_before_loading
     load_tiny(tiny_models("mamba"), other_seed("mamba"), cache_dir, lp=small, n_draft=8).close()
 
 
+def test_a_target_whose_saved_state_is_over_the_bound_decodes_plainly_and_says_why(
+    tiny_models, other_seed, cache_dir: Path, monkeypatch
+) -> None:
+    """Rolling back by a saved state needs one per step: a state over the bound turns speculation
+    off at load, says why, and switching it on is refused; the reply is plain decoding."""
+    from skippy_tui.engine import native
+
+    monkeypatch.setattr(native, "MAX_STATE_BYTES", 1024)
+    s = load_tiny(tiny_models("mamba"), other_seed("mamba"), cache_dir)
+    try:
+        assert not s.speculation.enabled
+        assert "saved state" in s.no_rollback and "speculation is off" in s.no_rollback
+        run = Run(s.run(PROMPT, GenerationSettings(SamplingParams(temperature=0.0), max_tokens=8)))
+        assert run.finish.n_tokens > 0 and run.finish.n_drafted == 0
+        with pytest.raises(BoundsError, match="saved state"):
+            s.update(enabled=True)
+        assert not s.speculation.enabled
+    finally:
+        s.close()
+
+
 @pytest.mark.parametrize("name", ["qwen35", "mamba"])
 def test_a_cancel_mid_reply_leaves_a_usable_engine(tiny_models, other_seed, cache_dir: Path, name: str) -> None:
     s = load_tiny(tiny_models(name), other_seed(name), cache_dir)

@@ -220,30 +220,6 @@ def test_plain_decoding_loads_without_the_probe_and_the_first_speculative_reply_
         spec.close()
 
 
-def test_a_recurrent_model_decodes_plainly_and_says_why(smollm2_q4_1: Path, cache_dir: Path, monkeypatch) -> None:
-    """llama.cpp reporting the target recurrent: speculation stays off (every rejection would
-    re-prefill the context), the reason is given, and switching it on is refused."""
-    import llama_cpp
-    from helpers import Run, load, user
-
-    from skippy_tui.engine.errors import BoundsError
-    from skippy_tui.engine.sampling import SamplingParams
-    from skippy_tui.engine.settings import GenerationSettings
-
-    monkeypatch.setattr(llama_cpp, "llama_model_is_recurrent", lambda _ptr: True)
-    spec = load(smollm2_q4_1, smollm2_q4_1, cache_dir)
-    try:
-        assert not spec.speculation.enabled
-        assert "recurrent" in spec.no_rollback and "plain decoding" in spec.no_rollback
-        run = Run(spec.run(user("Say hello."), GenerationSettings(SamplingParams(temperature=0.0), max_tokens=8)))
-        assert run.finish.n_tokens > 0 and run.finish.n_drafted == 0
-        with pytest.raises(BoundsError, match="recurrent"):
-            spec.update(enabled=True)
-        assert not spec.speculation.enabled
-    finally:
-        spec.close()
-
-
 def test_the_window_size_does_not_probe_again(smollm2_f32: Path, tmp_path: Path, monkeypatch) -> None:
     """n_ctx chooses no kernel: a verdict measured in a large window serves a small one (where
     n_ctx below n_batch also caps the ubatch), and the logits there are the same bit for bit."""

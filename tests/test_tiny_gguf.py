@@ -42,6 +42,10 @@ class Session:
         params = llama_cpp.llama_model_default_params()
         params.load_mtp = load_mtp
         params.vocab_only = vocab_only
+        # on the CPU alone: llama.cpp's default list holds every registered device, so the RPC
+        # servers earlier tests registered (and stopped) would be dialled, and their loss aborts
+        no_devices = (ctypes.c_void_p * 1)(None)
+        params.devices = ctypes.cast(no_devices, ctypes.c_void_p)
         model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         assert model, f"{path.name} did not load: {recent_log()}"
         self._stack.callback(llama_cpp.llama_model_free, model)

@@ -359,9 +359,12 @@ def _state_refusal(ctx: Context, role: str) -> str:
     if ctx.rollback != "restore":
         return ""
     try:
+        ctx.prefill([0], 0)  # an empty sequence's state holds no cell: size one that holds a token
         ctx.capture()
     except StateError as e:
         return f"the {role}'s rejected tokens could only leave by a saved state: {e}, so speculation is off"
+    finally:
+        ctx.clear()
     return ""
 
 

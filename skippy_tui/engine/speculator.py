@@ -170,7 +170,7 @@ class Speculator:
         if new.source != self.speculation.source:
             drafter = self._build(new.source)
             if drafter is None:
-                loaded = "a draft model" if new.source == "model" else "MTP heads"
+                loaded = "draft model" if new.source == "model" else "MTP heads"
                 raise BoundsError("speculation.source", new.source, f"ngram, ngram+model or auto (no {loaded} loaded)")
             self.drafter = drafter
         self.speculation = new
