@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .config import Config, load_config
-from .engine.settings import DRAFT_SOURCES
+from .engine.settings import DRAFT_SOURCES, PROFILES
 
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 """Exit statuses: a failed generation or model problem, bad usage or config, Ctrl+C."""
@@ -87,9 +87,11 @@ def add_model_flags(p: argparse.ArgumentParser, sub: bool = False) -> None:
     )
     s.add_argument(
         "--profile",
-        choices=("exact", "fast"),
-        help="exact (verify in batches proven bit-identical to plain decoding) or fast "
-        "(flash attention and repacking on, one verify batch: faster, replies may differ from plain)",
+        choices=PROFILES,
+        help="auto (the default: exact where the build certifies verify batches of 2 rows or more, "
+        "else one batch, not bit-exact), exact (batches proven bit-identical to plain decoding, row by "
+        "row if need be) or fast (flash attention and repacking on, one verify batch: faster, replies "
+        "may differ from plain)",
     )
     s.add_argument("--n-min", type=_int, metavar="N", help="fewest proposed tokens worth verifying")
     s.add_argument("--p-min", type=_float, metavar="P", help="stop drafting below this draft probability")

@@ -82,7 +82,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "p_min": 0.0,
         "source": "auto",
         "exact": True,
-        "profile": "exact",
+        "profile": "auto",
     },
     "sampling": {
         "temperature": 0.0,

@@ -102,7 +102,7 @@ def draft_load_params(target: LoadParams, overrides: dict[str, object]) -> LoadP
 
 
 DRAFT_SOURCES = ("auto", "model", "ngram", "ngram+model", "mtp")
-PROFILES = ("exact", "fast")
+PROFILES = ("auto", "exact", "fast")
 
 FAST_LOAD = {"flash_attn": "auto", "repack": True}
 """What ``profile = "fast"`` changes in both models' load settings (keys set explicitly win)."""
@@ -130,11 +130,14 @@ class SpeculationSettings:
     ``enabled`` False = plain decoding. ``exact``:
     measure at load how large a verify batch the target decodes bit-identically
     to single rows, and verify in chunks of that size (:mod:`invariance`).
-    ``profile``: ``"exact"`` (the default) or ``"fast"``: flash attention and
-    CPU weight repacking on, one verify batch, no probe (``exact`` False); faster
-    on quantized CPU targets, but a reply may differ from plain decoding where
-    the target's top two logits nearly tie. The config applies the load
-    settings; this field names the profile for the status bar and traces.
+    ``profile``: ``"auto"`` (the default): verify exactly in the chunks the probe
+    certifies where it certifies at least 2 rows, else in one batch, not bit-exact
+    (:mod:`.exactness`); ``"exact"``: the certified chunks always, row by row if
+    need be; ``"fast"``: flash attention and CPU weight repacking on, one verify
+    batch, no probe (``exact`` False); faster on quantized CPU targets, but a reply
+    may differ from plain decoding where the target's top two logits nearly tie.
+    The config applies the load settings; this field names the profile for the
+    verify plan, the status bar and traces.
 
     Raises:
         BoundsError: per the bounds contract.
@@ -148,7 +151,7 @@ class SpeculationSettings:
     n_draft_max: int = 8
     exact: bool = True
     n_draft_max_ngram: int = 32
-    profile: str = "exact"
+    profile: str = "auto"
 
     def __post_init__(self) -> None:
         if isinstance(self.n_draft, str) and self.n_draft != "auto":

@@ -119,3 +119,28 @@ def test_the_status_names_the_source_in_force_and_how_a_hybrid_target_rolls_back
     off.speculation = dataclasses.replace(off.speculation, enabled=False)
     text = _line(_state(speculator=off, backend="CPU"))
     assert "spec off (state too large to roll back)" in text and "recurrent model" not in text
+
+
+def test_the_status_shows_the_profile_in_force_and_whether_replies_are_bit_exact() -> None:
+    """Issue 56: auto (the default) says when this build certifies no verify batch: one batch,
+    not bit-exact; that field outlasts the backend and the model names on a narrow bar."""
+    from skippy_tui.engine.invariance import Invariance
+    from skippy_tui.engine.settings import SpeculationSettings
+
+    def line(profile: str, inv: Invariance | None, exact: bool = True, width: int = 500) -> str:
+        spec = SpeculationSettings(enabled=True, n_draft=4, source="model", profile=profile, exact=exact)
+        return _line(_state(speculator=_speculator(invariance=inv, speculation=spec), backend="CPU"), width)
+
+    chunks, none = Invariance(7, 17, 1.1), Invariance(1, 17, 0.03)
+    assert line("auto", chunks).endswith("│ auto: exact ≤7 rows")
+    assert line("exact", chunks).endswith("│ exact ≤7 rows")
+    assert line("auto", none).endswith("│ auto: not bit-exact")
+    assert line("exact", none).endswith("│ exact ≤1 row")
+    assert line("fast", None, exact=False).endswith("│ profile fast")
+    assert line("auto", None, exact=False).endswith("│ not exact")
+    assert "exact" not in line("auto", None)  # the probe has not run yet: nothing to say
+    # narrow: "auto:" goes first; "not bit-exact" stays after the backend and the verdict's rank
+    narrow = line("auto", none, width=90)
+    assert narrow.endswith("│ not bit-exact") and "CPU" not in narrow, narrow
+    assert "exact" not in line("auto", chunks, width=90)
+
