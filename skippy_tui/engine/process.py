@@ -62,8 +62,8 @@ class ProcessSpeculator:
     Made by :func:`load_in_process`. ``run`` and ``forget`` are called from one
     worker thread; ``update``, ``abort`` and the attributes from any thread.
     ``target_info``, ``draft_info``, ``n_ctx``, ``no_rollback``, ``load_note``,
-    ``backend``, ``model_drafter`` and ``mtp_drafter`` (:class:`~.wire.DrafterView` or
-    None) come with the load; ``n_past``, ``speculation``, ``drafter``
+    ``backend``, ``placements`` (where each model runs), ``model_drafter`` and
+    ``mtp_drafter`` (:class:`~.wire.DrafterView` or None) come with the load; ``n_past``, ``speculation``, ``drafter``
     (a :class:`~.wire.DrafterView` or None), ``invariance`` and ``verdict()`` are the
     child's latest snapshot. A child that exits ends the reply in flight with
     ``reason="error"`` and :attr:`lost` says why.
@@ -89,7 +89,7 @@ class ProcessSpeculator:
         self.cancel_heard: tuple[int, int] | None = None
         self.target_info, self.draft_info = static.target_info, static.draft_info
         self.n_ctx, self.no_rollback, self.load_note = static.n_ctx, static.no_rollback, static.load_note
-        self.backend = static.backend
+        self.backend, self.placements = static.backend, static.placements
         self.model_drafter, self.mtp_drafter = static.model_drafter, static.mtp_drafter
         self._apply(state)
         self._reader = threading.Thread(target=self._read, name="skippy-engine-pipe", daemon=True)
