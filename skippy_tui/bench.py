@@ -72,7 +72,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .bench_core import BenchPrompt, Progress, draft_model, models_meta, prompt_tokens_cap, repeat_seed
+from .bench_core import BenchPrompt, Progress, draft_model, models_meta, prompt_tokens_cap, provenance, repeat_seed
 from .bench_core import loadavg as _loadavg
 from .bench_render import render_identity, render_text
 from .bench_run import draw_seed, run_bench, run_greedy_reference, run_identity
@@ -369,6 +369,7 @@ def _meta(speculator: Any, spec: Any, gen: Any, prompts: Sequence[BenchPrompt], 
         "prompts": {p.name: {"kind": p.kind, "max_tokens": prompt_tokens_cap(gen, p)} for p in prompts},
         "verify": verify_label(speculator),
         "cpus": _cpus(),
+        "machine": provenance(),
     }
 
 

@@ -194,6 +194,41 @@ def models_meta(speculator: Any) -> dict[str, Any]:
     }
 
 
+def provenance() -> dict[str, Any]:
+    """Where and when a report was measured: the date (UTC), the CPU, the llama.cpp build
+    (llama-cpp-python's version and llama.cpp's system line) and skippy-tui's version and
+    commit (when run from a git checkout)."""
+    import datetime
+    import importlib.metadata
+    import subprocess
+
+    from .engine.invariance import cpu_model
+    from .engine.native import default_threads
+    from .engine.native_devices import system_info
+
+    def version(dist: str) -> str:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return "?"
+
+    try:
+        here = Path(__file__).resolve().parent
+        commit = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": cpu_model(),
+        "cpus": default_threads(),
+        "llama_cpp_python": version("llama-cpp-python"),
+        "build": system_info(),
+        "skippy_tui": version("skippy-tui") + (f" ({commit})" if commit else ""),
+    }
+
+
 def messages_for(prompt: str, system: str = "") -> list[dict[str, str]]:
     return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 from collections.abc import Sequence
@@ -55,6 +56,43 @@ def trace_line(ev: Any) -> str:
         f"sync {ev.sync_ms:.1f}ms draft {ev.draft_ms:.1f}ms verify {ev.verify_ms:.1f}ms"
         + (f"  ({ev.k_reason})" if ev.k_reason and ev.k_reason != "fixed" else "")
     )
+
+
+def shares_terminal(out: Any, err: Any) -> bool:
+    """Whether ``out`` and ``err`` write to one terminal, where their lines interleave
+    on the screen (a file or pipe keeps each stream apart)."""
+    try:
+        if not (out.isatty() and err.isatty()):
+            return False
+        a, b = os.fstat(out.fileno()), os.fstat(err.fileno())
+    except (AttributeError, OSError, ValueError):  # a stream without a descriptor (replaced, closed)
+        return False
+    return (a.st_dev, a.st_ino, a.st_rdev) == (b.st_dev, b.st_ino, b.st_rdev)
+
+
+class TraceOut:
+    """``--trace`` lines on stderr, each on a line of its own.
+
+    The reply streams to stdout without line ends; where stderr shares stdout's
+    terminal a trace line written mid-line was glued to the reply text
+    (``Instep 0 plain``), so it starts with a line break whenever the reply's
+    line is open."""
+
+    def __init__(self, out: Any, err: Any) -> None:
+        self.err = err
+        self.shared = shares_terminal(out, err)
+        self.line_open = False  # stdout's last text did not end its line
+
+    def reply_text(self, text: str) -> None:
+        """Note text written to stdout (call after each write)."""
+        if text:
+            self.line_open = not text.endswith("\n")
+
+    def line(self, text: str) -> None:
+        if self.shared and self.line_open:
+            text = "\n" + text
+            self.line_open = False  # the trace line ends with one: the reply goes on below it
+        self.err.write(text + "\n")
 
 
 def verify_line(speculator: Any, trace: bool) -> str:
@@ -105,6 +143,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     cancel = threading.Event()
     finish = None
     out = sys.stdout
+    trace = TraceOut(out, sys.stderr)
     try:
         with sigint_scope():  # one SIGINT handler for the reply, not two sigactions per decode
             for ev in speculator.generate(tokens, gen, cancel):
@@ -114,8 +153,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 elif ev.type == "step" and ev.text:
                     out.write(ev.text)
                     out.flush()
+                    trace.reply_text(ev.text)
                 if args.trace and ev.type == "step":
-                    sys.stderr.write(trace_line(ev) + "\n")
+                    trace.line(trace_line(ev))
                 if ev.type == "finish":
                     finish = ev
     except KeyboardInterrupt:

@@ -12,9 +12,10 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .config import Config, load_config
-from .engine.settings import DRAFT_SOURCES, PROFILES
+from .engine.options import OPTIONS, Option
 
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 """Exit statuses: a failed generation or model problem, bad usage or config, Ctrl+C."""
@@ -44,16 +45,25 @@ def _float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
-def _n_draft(text: str) -> int | str:
-    return "auto" if text == "auto" else _int(text, " or 'auto'")
+def _parser(opt: Option) -> Callable[[str], Any]:
+    """The argparse type of a flag of ``opt``'s kind."""
+    if opt.kind == "int|word":
+        word = opt.words[0]
+        return lambda text: word if text == word else _int(text, f" or '{word}'")
+    return {"int": _int, "float": _float, "path": path_arg}.get(opt.kind, str)
 
 
-def _seed(text: str) -> int | str:
-    return "random" if text == "random" else _int(text, " or 'random'")
+FLAGGED: tuple[Option, ...] = tuple(o for o in OPTIONS if o.flag)
+"""The settings a command-line flag overrides (:data:`.engine.options.OPTIONS`)."""
+
+
+def _dest(opt: Option) -> str:
+    return opt.flag.lstrip("-").replace("-", "_")  # type: ignore[union-attr]
 
 
 def add_model_flags(p: argparse.ArgumentParser, sub: bool = False) -> None:
-    """Flags shared by every command that loads models (they override the config).
+    """Flags shared by every command that loads models (they override the config), one per
+    flagged option of :data:`.engine.options.OPTIONS`.
 
     On a subcommand the defaults are suppressed, so ``skippy-tui --target X run``
     and ``skippy-tui run --target X`` both work.
@@ -62,81 +72,17 @@ def add_model_flags(p: argparse.ArgumentParser, sub: bool = False) -> None:
         p.argument_default = argparse.SUPPRESS
     g = p.add_argument_group("models")
     g.add_argument("--config", type=path_arg, metavar="PATH", help="config file")
-    g.add_argument("--target", type=path_arg, metavar="PATH", help="target model GGUF")
-    g.add_argument("--draft", type=path_arg, metavar="PATH", help="draft model GGUF")
-    g.add_argument("--no-draft", action="store_true", help="plain decoding, no draft model")
-    g.add_argument(
-        "--n-ctx",
-        type=_int,
-        metavar="N",
-        help="context window (tokens; run sizes it to the prompt + --max-tokens, up to this)",
-    )
-    g.add_argument("--n-gpu-layers", type=_int, metavar="N", help="layers to offload (-1 = all)")
-    g.add_argument("--device", metavar="NAME", help="backend device, e.g. CUDA0")
-    g.add_argument(
-        "--rpc", action="append", metavar="HOST:PORT",
-        help="llama.cpp rpc-server whose devices hold the layers (repeatable; the draft inherits)",
-    )  # fmt: skip
     s = p.add_argument_group("speculation and sampling")
-    s.add_argument("--n-draft", type=_n_draft, metavar="K", help='tokens per proposal (k), or "auto"')
-    s.add_argument(
-        "--draft-source",
-        choices=DRAFT_SOURCES,
-        help="what proposes: auto (per step, with --n-draft auto), the draft model, n-gram lookup, "
-        "mtp (the target's multi-token-prediction heads, or an MTP drafter file given as --draft)",
-    )
-    s.add_argument(
-        "--profile",
-        choices=PROFILES,
-        help="auto (the default: exact where the build certifies verify batches of 2 rows or more, "
-        "else one batch, not bit-exact), exact (batches proven bit-identical to plain decoding, row by "
-        "row if need be) or fast (flash attention and repacking on, one verify batch: faster, replies "
-        "may differ from plain)",
-    )
-    s.add_argument("--n-min", type=_int, metavar="N", help="fewest proposed tokens worth verifying")
-    s.add_argument("--p-min", type=_float, metavar="P", help="stop drafting below this draft probability")
-    s.add_argument("--temperature", type=_float, metavar="T", help="0 = greedy")
-    s.add_argument("--top-k", type=_int, metavar="K")
-    s.add_argument("--top-p", type=_float, metavar="P")
-    s.add_argument("--min-p", type=_float, metavar="P")
-    s.add_argument("--seed", type=_seed, metavar="S", help='random seed, or "random" (a new one per reply)')
-    s.add_argument(
-        "--sampler", choices=("coupled", "rejection"),
-        help="speculative sampling: coupled (= plain sampling with the same seed) or rejection",
-    )  # fmt: skip
-    s.add_argument("--repeat-penalty", type=_float, metavar="P", help="1.0 = off")
-    s.add_argument("--repeat-last-n", type=_int, metavar="N", help="tokens the penalties look back (-1 = all)")
-    s.add_argument("--presence-penalty", type=_float, metavar="P", help="0.0 = off")
-    s.add_argument("--frequency-penalty", type=_float, metavar="P", help="0.0 = off")
-    s.add_argument("--max-tokens", type=_int, metavar="N", help="reply length cap")
-    s.add_argument("--stop", action="append", metavar="STR", help="stop string (repeatable)")
-    s.add_argument("--system", metavar="TEXT", help="system prompt")
-
-
-_FLAG_KEYS = {
-    "target": ("target", "path"),
-    "draft": ("draft", "path"),
-    "n_ctx": ("target", "n_ctx"),
-    "n_gpu_layers": ("target", "n_gpu_layers"),
-    "device": ("target", "device"),
-    "n_draft": ("speculation", "n_draft"),
-    "draft_source": ("speculation", "source"),
-    "profile": ("speculation", "profile"),
-    "n_min": ("speculation", "n_min"),
-    "p_min": ("speculation", "p_min"),
-    "temperature": ("sampling", "temperature"),
-    "top_k": ("sampling", "top_k"),
-    "top_p": ("sampling", "top_p"),
-    "min_p": ("sampling", "min_p"),
-    "seed": ("sampling", "seed"),
-    "sampler": ("sampling", "sampler"),
-    "repeat_penalty": ("sampling", "repeat_penalty"),
-    "repeat_last_n": ("sampling", "repeat_last_n"),
-    "presence_penalty": ("sampling", "presence_penalty"),
-    "frequency_penalty": ("sampling", "frequency_penalty"),
-    "max_tokens": ("generation", "max_tokens"),
-    "system": ("generation", "system_prompt"),
-}
+    for opt in FLAGGED:
+        group = g if opt.section in ("target", "draft") else s
+        if opt.action == "store_false":
+            group.add_argument(opt.flag, action="store_true", help=opt.help)  # type: ignore[arg-type]
+        elif opt.action == "append":
+            group.add_argument(opt.flag, action="append", metavar=opt.metavar, help=opt.help)  # type: ignore[arg-type]
+        elif opt.kind == "word":
+            group.add_argument(opt.flag, choices=opt.words, help=opt.help)  # type: ignore[arg-type]
+        else:
+            group.add_argument(opt.flag, type=_parser(opt), metavar=opt.metavar, help=opt.help)  # type: ignore[arg-type]
 
 
 def arg_text(arg: str) -> str:
@@ -155,16 +101,17 @@ def config_from_args(args: argparse.Namespace) -> Config:
         ConfigError: unreadable file or a bad value (file or flag).
     """
     cfg = load_config(args.config)
-    for attr, (section, key) in _FLAG_KEYS.items():
-        value = getattr(args, attr, None)
-        if value is not None:
-            cfg.set(section, key, str(value) if isinstance(value, Path) else value, "--" + attr.replace("_", "-"))
-    if getattr(args, "stop", None):
-        cfg.set("generation", "stop", [arg_text(x) for x in args.stop], "--stop")
-    if getattr(args, "rpc", None):
-        cfg.set("target", "rpc", list(args.rpc), "--rpc")
-    if getattr(args, "no_draft", False):
-        cfg.set("draft", "enabled", False, "--no-draft")
+    for opt in FLAGGED:
+        value = getattr(args, _dest(opt), None)
+        if value is None or value is False:  # not given (a switch's default is False)
+            continue
+        if opt.action == "store_false":
+            value = False
+        elif opt.action == "append":
+            value = [arg_text(x) for x in value]
+        elif isinstance(value, Path):
+            value = str(value)
+        cfg.set(opt.section, opt.key, value, opt.flag)  # type: ignore[arg-type]
     if getattr(args, "no_history", False):
         cfg.set("ui", "history", False, "--no-history")
     return cfg

@@ -8,7 +8,6 @@ file, the key, the value and what is allowed. CLI flags override the file.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import tomli as _toml
 from .engine.errors import BoundsError, SkippyError
 from .engine.loader import EngineSpec
 from .engine.native import LoadParams
+from .engine.options import MODEL_OPTIONS, Option, option, schema
 from .engine.sampling import SamplingParams
 from .engine.settings import (
     FAST_LOAD,
@@ -27,6 +27,7 @@ from .engine.settings import (
     ModelSpec,
     SpeculationSettings,
     draft_load_params,
+    same_file,
     validate_load_params,
 )
 
@@ -63,51 +64,11 @@ def data_dir() -> Path:
     return Path(platformdirs.user_data_dir(APP))
 
 
-_MODEL_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(LoadParams)}
-_MODEL_DEFAULTS["device"] = ""
-_MODEL_DEFAULTS["rpc"] = []  # TOML lists; tuples in LoadParams
-_MODEL_DEFAULTS["tensor_split"] = []
-_TARGET_KEYS: dict[str, Any] = {"path": "", "chat_template": "", **_MODEL_DEFAULTS}
-_DRAFT_KEYS: dict[str, Any] = {"path": "", "enabled": True, **{k: None for k in _MODEL_DEFAULTS}}
+SCHEMA: dict[str, dict[str, Any]] = schema()
+"""``{section: {key: default}}``: every key the file may hold (:data:`.engine.options.OPTIONS`)."""
 
-SCHEMA: dict[str, dict[str, Any]] = {
-    "target": _TARGET_KEYS,
-    "draft": _DRAFT_KEYS,
-    "speculation": {
-        "enabled": True,
-        "n_draft": "auto",
-        "n_draft_max": 8,
-        "n_draft_max_ngram": 32,
-        "n_min": 0,
-        "p_min": 0.0,
-        "source": "auto",
-        "exact": True,
-        "profile": "auto",
-    },
-    "sampling": {
-        "temperature": 0.0,
-        "top_k": 40,
-        "top_p": 0.95,
-        "min_p": 0.05,
-        "seed": "random",
-        "sampler": "coupled",
-        "repeat_penalty": 1.0,
-        "repeat_last_n": 64,
-        "presence_penalty": 0.0,
-        "frequency_penalty": 0.0,
-    },
-    "generation": {"max_tokens": 512, "stop": [], "system_prompt": ""},
-    "library": {"dirs": []},
-    "ui": {
-        "theme": "skippy-dark",
-        "color_origin": False,
-        "autosave": False,
-        "transcript_dir": "",
-        "yield_cpu": True,
-        "history": True,
-        "engine": "process",
-    },
-}
+_MODEL_KEYS = tuple(o.key for o in MODEL_OPTIONS)
+"""The model keys of ``[target]`` and ``[draft]`` (:class:`LoadParams`'s fields)."""
 
 
 _DRAFTING_SOURCES = {
@@ -116,21 +77,6 @@ _DRAFTING_SOURCES = {
     "mtp": "the target's MTP heads or an MTP drafter file as the draft",
 }
 """[speculation] source values that draft with something loaded beside the target, and what."""
-
-_INT_OR_WORD = {("speculation", "n_draft"): "auto", ("sampling", "seed"): "random"}
-"""Keys that take an integer or one word."""
-
-_WORDS = {("ui", "engine"): ("process", "thread")}
-"""Keys that take one of a few words."""
-
-_BOOL_OR_AUTO = {"hugepages"}
-"""Model keys that take true, false or "auto"."""
-
-
-def _type_name(v: Any) -> str:
-    return {bool: "true/false", int: "an integer", float: "a number", str: "a string", list: "a list"}.get(
-        type(v), type(v).__name__
-    )
 
 
 @dataclass
@@ -224,17 +170,19 @@ class Config:
             t = dict(self.values["target"])
             if fast:  # flash attention and repacking on, unless the file or a flag set them
                 t.update({k: v for k, v in FAST_LOAD.items() if f"target.{k}" not in self.present})
-            t_load = LoadParams(**{k: _load_value(k, t[k]) for k in _MODEL_DEFAULTS})
+            t_load = LoadParams(**{k: _load_value(k, t[k]) for k in _MODEL_KEYS})
             validate_load_params("target", t_load)
             target = ModelSpec(Path(t["path"]).expanduser() if t["path"] else None, t_load, t["chat_template"] or None)
             d = self.values["draft"]
-            overrides = {k: _load_value(k, d[k]) for k in _MODEL_DEFAULTS if d[k] is not None}
-            validate_load_params("draft", draft_load_params(t_load, overrides))
+            overrides = {k: _load_value(k, d[k]) for k in _MODEL_KEYS if d[k] is not None}
+            d_path = Path(d["path"]).expanduser() if d["path"] else None
+            # the target's own file (or a request for it) drafts with the target's numeric settings
+            like = bool(d["like_target"]) or same_file(target.path, d_path)
+            d_load = draft_load_params(t_load, overrides, like)
+            validate_load_params("draft", d_load)
             draft = None
-            if d["path"]:
-                draft = ModelSpec(Path(d["path"]).expanduser(), draft_load_params(t_load, overrides))
-            elif target.path is None:
-                draft = ModelSpec(None, draft_load_params(t_load, overrides))
+            if d_path is not None or target.path is None:
+                draft = ModelSpec(d_path, d_load)
             use_draft = bool(d["enabled"]) and (draft is not None)
             # a target with MTP heads drafts with them where no draft model is loaded (None: a file
             # that cannot be read yet may have them; the loader says what is wrong with it)
@@ -336,38 +284,51 @@ def _load_value(key: str, value: Any) -> Any:
 
 
 def _check_value(source: Path | None, section: str, key: str, value: Any) -> Any:
-    default = SCHEMA[section][key]
-    where = f"{source}: " if source else ""
-    if default is None:  # draft overrides: typed like the target key
-        if value is None:
-            return None
-        default = _TARGET_KEYS[key]
-    ok = isinstance(value, type(default)) and not (isinstance(value, bool) and not isinstance(default, bool))
-    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-        ok, value = True, float(value)
-    if (section, key) in _INT_OR_WORD:
-        ok = value == _INT_OR_WORD[section, key] or (isinstance(value, int) and not isinstance(value, bool))
-    if isinstance(default, list) and ok:
-        number = key == "tensor_split"  # a list of numbers; every other list holds strings
-        ok = all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) if number else isinstance(x, str) for x in value
-        )
-    if (section, key) in _WORDS:
-        ok = value in _WORDS[section, key]
-    if key in _BOOL_OR_AUTO and section in ("target", "draft"):
-        ok = isinstance(value, bool) or value == "auto"
+    """``value`` if its type is the option's (an integer as a float where a number is due);
+    bounds and a word's choices are the engine settings' to check (they name the bound),
+    but for the app's own ``[ui]`` words.
+
+    Raises:
+        ConfigError: naming the file, the key, the value and what is allowed.
+    """
+    opt = option(f"{section}.{key}")
+    if opt.default is None and value is None:  # a draft key left to the target
+        return None
+    kind = opt.kind
+    if isinstance(value, int) and not isinstance(value, bool) and kind == "float":
+        return float(value)
+    ok = {
+        "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "float": lambda v: isinstance(v, float),
+        "bool": lambda v: isinstance(v, bool),
+        "str": lambda v: isinstance(v, str),
+        "path": lambda v: isinstance(v, str),
+        "word": lambda v: isinstance(v, str) and (section != "ui" or v in opt.words),
+        "int|word": lambda v: v == opt.words[0] or (isinstance(v, int) and not isinstance(v, bool)),
+        "bool|auto": lambda v: isinstance(v, bool) or v == "auto",
+        "list[str]": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+        "list[float]": lambda v: (
+            isinstance(v, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
+        ),
+    }[kind](value)
     if not ok:
-        allowed = _type_name(default)
-        if key in _BOOL_OR_AUTO:
-            allowed = 'true, false or "auto"'
-        if (section, key) in _WORDS:
-            allowed = "one of " + ", ".join(f'"{w}"' for w in _WORDS[section, key])
-        if (section, key) in _INT_OR_WORD:
-            allowed = f'an integer or "{_INT_OR_WORD[section, key]}"'
-        if isinstance(default, list) and isinstance(value, list):  # a list, of the wrong items
-            allowed = "a list of numbers" if key == "tensor_split" else "a list of strings"
-        raise ConfigError(f"{where}[{section}] {key} = {value!r} is not allowed: expected {allowed}")
+        where = f"{source}: " if source else ""
+        raise ConfigError(f"{where}[{section}] {key} = {value!r} is not allowed: expected {_allowed(opt, value)}")
     return value
+
+
+def _allowed(opt: Option, value: Any) -> str:
+    """What ``opt`` takes, in words, for an error about ``value``."""
+    if opt.kind == "bool|auto":
+        return 'true, false or "auto"'
+    if opt.kind == "int|word":
+        return f'an integer or "{opt.words[0]}"'
+    if opt.kind == "word" and opt.section == "ui":
+        return "one of " + ", ".join(f'"{w}"' for w in opt.words)
+    if opt.kind.startswith("list") and isinstance(value, list):  # a list, of the wrong items
+        return "a list of numbers" if opt.kind == "list[float]" else "a list of strings"
+    return {"int": "an integer", "float": "a number", "bool": "true/false", "list[str]": "a list",
+            "list[float]": "a list"}.get(opt.kind, "a string")  # fmt: skip
 
 
 def load_config(path: Path | None = None) -> Config:

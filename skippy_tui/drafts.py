@@ -27,6 +27,7 @@ import statistics
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .bench_core import RunResult, run_once
@@ -36,7 +37,7 @@ from .engine.errors import SkippyError
 from .engine.loader import EngineSpec, load_speculator
 from .engine.measurements import VerifyCosts
 from .engine.sampling import SamplingParams
-from .engine.settings import GenerationSettings, ModelSpec
+from .engine.settings import GenerationSettings, numeric_settings
 from .library import DraftCandidate, LibraryEntry, human_params, human_size, table
 
 K = 4
@@ -95,6 +96,7 @@ class DraftResult:
     candidate: DraftCandidate
     measurement: DraftMeasurement | None = None
     error: str | None = None
+    settings: str = ""  # the numeric settings it was measured with (settings.numeric_settings)
 
     def to_dict(self) -> dict[str, Any]:
         c = self.candidate
@@ -114,6 +116,8 @@ class DraftResult:
             d["measurement"] = dataclasses.asdict(self.measurement)
         if self.error is not None:
             d["error"] = self.error
+        if self.settings:
+            d["draft_settings"] = self.settings
         return d
 
 
@@ -267,34 +271,38 @@ def _checked(run: RunResult) -> RunResult:
 
 
 def measure_all(
-    base: EngineSpec,
+    spec_for: Callable[[Path], EngineSpec],
     candidates: Sequence[DraftCandidate],
     max_tokens: int = MAX_TOKENS,
     on_start: Callable[[int, DraftCandidate], None] | None = None,
 ) -> list[DraftResult]:
     """Measure every compatible candidate (one pair loaded at a time) and rank them by
     estimated speedup, best first; a pair that fails keeps its one-line reason and
-    goes last. ``base``: the target's spec; each draft inherits its load settings."""
+    goes last. ``spec_for(path)``: the spec with that draft, its load settings as the
+    config makes them (the target's numeric ones for the target's own file)."""
     results = []
     todo = [c for c in candidates if c.compatible]
     for i, c in enumerate(todo):
         if on_start is not None:
             on_start(i, c)
+        settings = ""
         try:
-            measured = measure_draft(candidate_spec(base, c), max_tokens=max_tokens, source="mtp" if c.mtp else "model")
-            results.append(DraftResult(c, measured))
+            spec = candidate_spec(spec_for, c)
+            settings = numeric_settings(spec.target.load, spec.draft.load if spec.draft else spec.target.load)
+            measured = measure_draft(spec, max_tokens=max_tokens, source="mtp" if c.mtp else "model")
+            results.append(DraftResult(c, measured, settings=settings))
         except SkippyError as e:
-            results.append(DraftResult(c, error=str(e)))
+            results.append(DraftResult(c, error=str(e), settings=settings))
     return rank(results)
 
 
-def candidate_spec(base: EngineSpec, c: DraftCandidate) -> EngineSpec:
-    """``base`` (the target's spec) drafting with ``c``: its file as the draft (which inherits
-    ``base``'s draft load settings), or no draft file for the target's own MTP heads."""
+def candidate_spec(spec_for: Callable[[Path], EngineSpec], c: DraftCandidate) -> EngineSpec:
+    """The target's spec drafting with ``c``: its file as the draft (load settings as the
+    config makes them for that file), or no draft file for the target's own MTP heads."""
+    spec = spec_for(c.entry.path)
     if c.integrated:
-        return dataclasses.replace(base, draft=None, use_draft=True)
-    load = base.draft.load if base.draft is not None else base.target.load
-    return dataclasses.replace(base, draft=ModelSpec(c.entry.path, load), use_draft=True)
+        return dataclasses.replace(spec, draft=None, use_draft=False, heads=True)
+    return dataclasses.replace(spec, use_draft=True)
 
 
 def rank(results: Sequence[DraftResult]) -> list[DraftResult]:
@@ -352,6 +360,8 @@ def render(target: Any, results: Sequence[DraftResult], others: Sequence[DraftCa
         lines.append(f"compatible drafts, ranked by estimated speedup (greedy, k={k}, {len(PROMPTS)} prompts):")
         lines.append(table(rows, right=(0, 3, 4, 5, 6, 7, 8)))
         lines += [f"  {_draft_name(r.candidate)}: failed: {r.error}" for r in results if r.error is not None]
+        # a draft with other kernels than its target's disagrees with it by their rounding alone
+        lines += [f"  {_draft_name(r.candidate)} runs with {r.settings}" for r in results if r.settings]
         lines.append(
             "ACCEPT: accepted / drafted tokens; MEAN_ACC: accepted per step (bonus not counted); DRAFT_COST: "
             "ms per draft token / ms per target token; EST_SPEEDUP: the cost model; MEASURED: tokens/s vs plain"
@@ -435,15 +445,19 @@ def cmd_drafts(args: argparse.Namespace) -> int:
     if args.measure and results:
         cfg = load_config(getattr(args, "config", None))
         cfg.set("target", "path", str(target.path))
-        cfg.set("draft", "path", str(results[0].candidate.entry.path))  # the [draft] load keys apply
         cfg.set("draft", "enabled", True)
-        base = cfg.engine_spec()
+
+        def spec_for(path: Path) -> EngineSpec:  # the [draft] load keys apply, as in the app
+            cfg.set("draft", "path", str(path))
+            return cfg.engine_spec()
+
+        spec_for(results[0].candidate.entry.path)  # a config problem: one line, before anything loads
 
         def started(i: int, c: DraftCandidate) -> None:
             where = "the target's own heads" if c.integrated else c.entry.path.name
             sys.stderr.write(f"measuring {_draft_name(c)} ({where}) {i + 1}/{len(results)}\n")
 
-        results = measure_all(base, candidates, args.max_tokens, started)
+        results = measure_all(spec_for, candidates, args.max_tokens, started)
     n_broken = sum(e.broken for e in entries)
     if args.json:
         doc = {

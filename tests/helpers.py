@@ -53,7 +53,9 @@ def load(
         EngineSpec(
             target=ModelSpec(target, lp),
             draft=ModelSpec(draft, lp) if draft else None,
-            speculation=SpeculationSettings(enabled=draft is not None, n_draft=n_draft, **spec),  # type: ignore[arg-type]
+            speculation=SpeculationSettings(
+                **{"enabled": draft is not None, "n_draft": n_draft, "source": "model", **spec}
+            ),  # type: ignore[arg-type]
             cache_dir=cache_dir,
             use_draft=draft is not None,
         ),

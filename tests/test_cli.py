@@ -218,3 +218,42 @@ def test_ctrl_c_mid_reply_exits_130_without_a_traceback() -> None:
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
     assert b"Traceback" not in err and b"Exception ignored" not in err
+
+
+def test_trace_lines_start_on_their_own_line_when_stdout_and_stderr_share_a_terminal(smollm2_q4_1: Path) -> None:
+    """In a terminal the reply streams without line ends; a trace line on stderr must not
+    be glued to it (``Instep 0 plain``)."""
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    p = subprocess.Popen(
+        [sys.executable, "-m", "skippy_tui", "run", "Name three colours.", "--trace", "--max-tokens", "12",
+         "--target", str(smollm2_q4_1), "--no-draft", "--temperature", "0"],
+        stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+    )  # fmt: skip
+    os.close(slave)
+    data = b""
+    try:
+        while True:
+            ready, _, _ = select.select([master], [], [], 120)
+            if not ready:
+                break
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(master)
+        p.wait(timeout=60)
+    assert p.returncode == 0, data
+    # the load progress is redrawn in place (\r); what stays on screen is after the last \r of a line
+    lines = [ln.rsplit("\r", 1)[-1] for ln in data.decode("utf-8", "replace").replace("\r\n", "\n").split("\n")]
+    traced = [ln for ln in lines if "step " in ln]
+    assert len(traced) >= 2, lines
+    assert all(ln.startswith("step ") for ln in traced), traced
+    reply = "".join(ln for ln in lines if ln and not ln.startswith(("step ", "[")))
+    assert len(reply) > 5, lines  # the reply text is there, between the trace lines

@@ -247,3 +247,31 @@ def test_source_mtp_loads_the_targets_heads_without_a_draft_file(tmp_path: Path)
     path.write_text('[speculation]\nsource = "heads"\n', "utf-8")
     with pytest.raises(ConfigError, match=r"source = 'heads' is out of bounds: .*ngram\+model, mtp"):
         load_config(path).engine_spec()
+
+
+def test_a_draft_that_is_the_target_s_file_loads_with_the_target_s_numeric_settings(tmp_path: Path) -> None:
+    """Flash attention "auto" is the draft's own default, except for the target's own file
+    (here through a link) or when asked for (``like_target``): there the draft's kernels
+    must be the target's, or their rounding reads as disagreement."""
+    target, other = tmp_path / "target.gguf", tmp_path / "other.gguf"
+    target.write_bytes(b"GGUF")
+    other.write_bytes(b"GGUF")
+    (tmp_path / "link.gguf").symlink_to(target)
+
+    def draft_load(draft: Path, **keys: object):
+        cfg = Config()
+        cfg.set("target", "path", str(target))
+        cfg.set("draft", "path", str(draft))
+        for key, value in keys.items():
+            cfg.set("draft", key, value)
+        spec = cfg.engine_spec()
+        assert spec.target.load.flash_attn == "off"
+        return spec.draft.load
+
+    assert draft_load(other).flash_attn == "auto"
+    assert draft_load(target).flash_attn == "off"
+    assert draft_load(tmp_path / "link.gguf").flash_attn == "off"
+    assert draft_load(other, like_target=True).flash_attn == "off"
+    assert draft_load(target, flash_attn="on").flash_attn == "on"  # a key the draft sets itself still wins
+    with pytest.raises(ConfigError, match=r"like_target = 'yes' is not allowed: expected true/false"):
+        draft_load(other, like_target="yes")

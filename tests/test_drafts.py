@@ -78,6 +78,8 @@ def test_drafts_measure_runs_the_pair_beside_plain_decoding(
     ratio = m["spec_tokens_per_second"] / m["plain_tokens_per_second"]
     assert m["measured_speedup"] == pytest.approx(ratio, rel=1e-2)
     assert m["estimated_speedup"] is not None and 0.2 < m["estimated_speedup"] < 5.0
+    # another file than the target: its own flash attention default, said beside the target's
+    assert d["draft_settings"].startswith("its own: flash_attn auto (target off), repack off"), d["draft_settings"]
 
 
 def test_drafts_with_a_bad_target_is_one_line_and_exit_1(library: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -179,7 +181,7 @@ def test_rank_puts_the_best_estimate_first_and_failures_last() -> None:
     results = [
         DraftResult(cand("failed"), error="could not load"),
         DraftResult(cand("slow"), _measured(0.9)),
-        DraftResult(cand("fast"), _measured(1.6)),
+        DraftResult(cand("fast"), _measured(1.6), settings="its own: flash_attn auto (target off)"),
         DraftResult(cand("unknown"), _measured(None)),
     ]
     ranked = rank(results)
@@ -194,3 +196,4 @@ def test_rank_puts_the_best_estimate_first_and_failures_last() -> None:
     assert lines[4].split() == ["1", "fast", "90%", "3.00", "0.50", "1.60x", "1.20x", "50.0", "/m/fast.gguf"]
     assert lines[7].split()[:3] == ["4", "failed", "failed"]
     assert "  failed: failed: could not load" in lines
+    assert "  fast runs with its own: flash_attn auto (target off)" in lines  # the settings it was measured with

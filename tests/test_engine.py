@@ -690,6 +690,62 @@ def test_a_failed_rollback_after_a_commit_still_reports_the_step(
     assert Run(spec.run(user(prompt), GEN)).finish.token_ids == plain_refs[prompt]
 
 
+# -- a self-pair: the target's own file as its draft ---------------------------------------
+
+
+@pytest.mark.parametrize("model", ["smollm2_q4_1", "gemma3_270m"])
+def test_a_self_pair_drafts_with_the_target_s_kernels_and_accepts_every_token(
+    model: str, request: pytest.FixtureRequest
+) -> None:
+    """The check people run on a setup: the target's own file as its draft. It loads with the
+    target's numeric settings, so its logits are the target's bit for bit (with flash attention
+    "auto" in the draft alone, they differed and kernel rounding read as disagreement), every
+    proposal is accepted, greedy and at T = 0.8 with either sampler, and the reply is plain's."""
+    import numpy as np
+
+    from skippy_tui.config import Config
+    from skippy_tui.engine.loader import load_speculator
+
+    path = request.getfixturevalue(model)
+    cfg = Config()
+    for key, value in (("path", str(path)), ("threads", 2), ("n_ctx", 1024), ("n_batch", 256), ("n_ubatch", 256)):
+        cfg.set("target", key, value)
+    cfg.set("draft", "path", str(path))
+    cfg.set("speculation", "n_draft", 4)
+    cfg.set("speculation", "source", "model")  # the draft model alone: an n-gram proposal may be wrong
+    spec = cfg.engine_spec()
+    s = load_speculator(spec)
+    try:
+        assert s.draft_settings.startswith("the target's: flash_attn off"), s.draft_settings
+        # past position 256, where CPU flash attention splits a one-row decode's keys
+        tokens = s.target.tokenize(" ".join(PROMPTS) * 4, add_special=False)[:300]
+        rows = []
+        for ctx in (s.target_cache.ctx, s.draft_cache.ctx):
+            ctx.clear()
+            ctx.prefill(tokens[:-1], 0)
+            rows.append(ctx.decode(tokens[-1:], len(tokens) - 1, 1))
+        s.forget()
+        assert np.array_equal(rows[0], rows[1]), float(np.abs(rows[0] - rows[1]).max())
+        prompt = user(f"Continue this text for a while: {PROMPTS[8]} {PROMPTS[2]}")
+        for sampling in (
+            SamplingParams(temperature=0.0),
+            SamplingParams(temperature=0.8, seed=7),
+            SamplingParams(temperature=0.8, seed=7, sampler="rejection"),
+        ):
+            gen = GenerationSettings(sampling, max_tokens=40)
+            s.forget()
+            run = Run(s.run(prompt, gen))
+            assert run.finish.n_drafted > 0 and run.finish.acceptance_rate == 1.0, (sampling, run.finish)
+            if sampling.sampler != "rejection":  # coupled and greedy: plain decoding's reply
+                s.update(enabled=False)
+                s.forget()
+                plain = Run(s.run(prompt, gen))
+                s.update(enabled=True)
+                assert plain.finish.token_ids == run.finish.token_ids
+    finally:
+        s.close()
+
+
 def test_a_model_says_where_its_layers_run(smollm2_q4_1: Path, monkeypatch) -> None:
     """Issue 56 item 4: the status bar's placement per model, from the devices llama.cpp is given
     and n_gpu_layers; on a CPU build everything runs on the CPU whatever n_gpu_layers says."""

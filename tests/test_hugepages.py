@@ -121,7 +121,12 @@ def test_weights_read_into_memory_are_advised_at_load_and_decode_the_same(smollm
 @needs_thp
 def test_a_loaded_speculator_has_its_weights_moved_before_it_returns(smollm2_q4_1: Path, cache_dir: Path) -> None:
     on = dataclasses.replace(SMALL, hugepages=True)
-    spec = EngineSpec(ModelSpec(smollm2_q4_1, on), ModelSpec(smollm2_q4_1, on), SpeculationSettings(), cache_dir)
+    spec = EngineSpec(
+        ModelSpec(smollm2_q4_1, on),
+        ModelSpec(smollm2_q4_1, on),
+        SpeculationSettings(n_draft=4, source="model"),
+        cache_dir,
+    )
     stages: list[str] = []
     s = load_speculator(spec, lambda stage, _f: stages.append(stage))
     try:

@@ -280,3 +280,46 @@ def test_a_recurrent_model_decodes_plainly_and_says_why(smollm2_q4_1: Path, cach
         assert not spec.speculation.enabled
     finally:
         spec.close()
+
+
+def test_the_window_size_does_not_probe_again(smollm2_f32: Path, tmp_path: Path, monkeypatch) -> None:
+    """n_ctx chooses no kernel: a verdict measured in a large window serves a small one (where
+    n_ctx below n_batch also caps the ubatch), and the logits there are the same bit for bit."""
+    import skippy_tui.engine.invariance as inv_mod
+
+    big = LoadParams(n_ctx=1024, n_batch=512, n_ubatch=512, threads=THREADS, **EXACT)
+    small = dataclasses.replace(big, n_ctx=256)
+    logits = []
+    with Model(smollm2_f32, big) as model:
+        tokens = model.tokenize("The window holds the chat; the kernels do the sums. " * 8, add_special=False)[:40]
+        for params in (big, small):
+            ctx = Context(model, params)
+            try:
+                if params is big:
+                    inv = cached_probe(ctx, 5, params, tmp_path)
+                    monkeypatch.setattr(inv_mod, "probe", lambda *a: (_ for _ in ()).throw(AssertionError("probed")))
+                else:
+                    assert ctx.n_ubatch == 256  # capped by the window: once part of the cache key
+                    again = cached_probe(ctx, 5, params, tmp_path)
+                    assert (again.rows, again.probed, again.windows) == (inv.rows, inv.probed, inv.windows)
+                ctx.prefill(tokens[:30], 0)
+                logits.append(ctx.decode(tokens[30:35], 30, 5))
+            finally:
+                ctx.close()
+    assert np.array_equal(logits[0], logits[1])
+    assert len(list((tmp_path / "invariance").glob("*.json"))) == 1
+
+
+def test_a_verdict_from_a_small_window_is_probed_again_in_a_larger_one(smollm2_f32: Path, tmp_path: Path) -> None:
+    """With flash attention on, a 256-token window cannot hold the deep window: its verdict
+    looked less far than a larger window needs, so there the probe runs again."""
+    small = LoadParams(n_ctx=256, n_batch=64, n_ubatch=64, threads=THREADS, flash_attn="on", repack=False)
+    big = dataclasses.replace(small, n_ctx=1024)
+    with Model(smollm2_f32, small) as model:
+        for params, deep in ((small, False), (big, True), (small, True)):
+            ctx = Context(model, params)
+            try:
+                inv = cached_probe(ctx, 5, params, tmp_path)
+                assert (DEEP in inv.windows) is deep, inv.windows  # the last: the big one's, from the cache
+            finally:
+                ctx.close()

@@ -104,7 +104,9 @@ def test_incompatible_vocabularies_are_refused_before_loading(
     assert "vocab type differs" in msg and "BPE" in msg and "SPM" in msg
     assert target.path.name in msg and draft.path.name in msg
     # the loader refuses the same pair without loading weights
-    spec = EngineSpec(ModelSpec(target.path), ModelSpec(draft.path), SpeculationSettings(), cache_dir)
+    spec = EngineSpec(
+        ModelSpec(target.path), ModelSpec(draft.path), SpeculationSettings(n_draft=4, source="model"), cache_dir
+    )
     with pytest.raises(IncompatibleModelsError):
         check_spec(spec)
 
@@ -150,7 +152,10 @@ def test_bad_paths_and_files_get_clear_errors(tmp_path: Path, cache_dir: Path, s
 def test_a_batch_smaller_than_the_verify_batch_is_refused(smollm2_q4_1: Path, cache_dir: Path) -> None:
     small = LoadParams(n_batch=4, n_ubatch=4)
     spec = EngineSpec(
-        ModelSpec(smollm2_q4_1, small), ModelSpec(smollm2_q4_1, small), SpeculationSettings(n_draft=8), cache_dir
+        ModelSpec(smollm2_q4_1, small),
+        ModelSpec(smollm2_q4_1, small),
+        SpeculationSettings(n_draft=8, source="model"),
+        cache_dir,
     )
     with pytest.raises(BoundsError, match=r"target\.n_batch = 4 is out of bounds: must be >= 9"):
         load_speculator(spec)
@@ -257,7 +262,9 @@ def test_a_cancelled_load_stops_at_once_and_raises(
 ) -> None:
     """Quit during a load: llama.cpp's progress callback says stop, no later stage runs."""
     stages: list[tuple[str, float]] = []
-    spec = EngineSpec(ModelSpec(smollm2_f32), ModelSpec(smollm2_q4_1), SpeculationSettings(n_draft=4), cache_dir)
+    spec = EngineSpec(
+        ModelSpec(smollm2_f32), ModelSpec(smollm2_q4_1), SpeculationSettings(n_draft=4, source="model"), cache_dir
+    )
 
     def cancelled() -> bool:
         return any(s.startswith(stop_in) for s, _ in stages)

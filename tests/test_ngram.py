@@ -9,10 +9,11 @@ import pytest
 from helpers import Run, assert_verified_in_batches, load, restore, user
 
 from skippy_tui.cli import main
+from skippy_tui.engine.combined import HANDOFF, AutoDrafter, CombinedDrafter, build_drafter
 from skippy_tui.engine.drafters import Proposal
 from skippy_tui.engine.errors import BoundsError
 from skippy_tui.engine.events import SyncInfo
-from skippy_tui.engine.ngram import HANDOFF, AutoDrafter, CombinedDrafter, NgramDrafter, NgramIndex, build_drafter
+from skippy_tui.engine.ngram import NgramDrafter, NgramIndex
 from skippy_tui.engine.sampling import SamplingParams
 from skippy_tui.engine.settings import GenerationSettings
 

@@ -66,7 +66,7 @@ def _spec(target: Path, draft: Path | None, cache_dir: Path, n_batch: int = 256,
     return EngineSpec(
         ModelSpec(target, lp),
         ModelSpec(draft, lp) if draft else None,
-        SpeculationSettings(enabled=draft is not None, **spec),  # type: ignore[arg-type]
+        SpeculationSettings(**{"enabled": draft is not None, "n_draft": 4, "source": "model", **spec}),  # type: ignore[arg-type]
         cache_dir,
         use_draft=draft is not None,
     )
@@ -143,11 +143,14 @@ def test_a_reply_in_the_child_equals_the_reply_in_process(
     here = load_speculator(spec)
     try:
         expected = list(here.run(MESSAGES, gen))
+        size = here.count_tokens(MESSAGES)
     finally:
         here.close()
     proxy = load_in_process(spec)
     try:
         assert proxy.pid != os.getpid() and proxy.n_ctx == 1024 and proxy.drafter.source == "model"
+        assert proxy.draft_settings == here.draft_settings and proxy.draft_settings.startswith("the target's: ")
+        assert proxy.count_tokens(MESSAGES) == size and size.n_prompt > size.n_message > 0  # the input's count
         got = list(proxy.run(MESSAGES, gen))
         assert [type(e) for e in got] == [type(e) for e in expected]
         assert isinstance(got[0], ReplyStarted) and isinstance(got[-1], ReplyFinished)

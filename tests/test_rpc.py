@@ -193,7 +193,7 @@ def _spec(f32: Path, q41: Path, cache_dir: Path, target_rpc: tuple[str, ...]) ->
     return EngineSpec(
         target=ModelSpec(f32, dataclasses.replace(lp, rpc=target_rpc)),
         draft=ModelSpec(q41, lp),  # the draft stays local (rpc = [] in the config)
-        speculation=SpeculationSettings(n_draft=4),
+        speculation=SpeculationSettings(n_draft=4, source="model"),
         cache_dir=cache_dir,
     )
 

@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass
 
 from .errors import BoundsError
+from .options import MAX_DRAFT_TOKENS
 
 MAX_SEQUENCES = 4096
-MAX_DRAFT_TOKENS = 4096
 MAX_PROMPT_TOKENS = 1_048_576
 
 

@@ -100,6 +100,8 @@ class EngineChild:
                     self.watch_terminal(msg[1])
                 elif kind == "update":
                     self.update(msg[1], msg[2])
+                elif kind == "count":
+                    self.count(msg[1], msg[2])
                 else:  # forget, close
                     self.jobs.put(msg)
         except (EOFError, OSError):  # the app is gone: so is this process
@@ -124,6 +126,15 @@ class EngineChild:
             self.send("updated", request, None, error_payload(e), state_of(self.spec))
             return
         self.send("updated", request, settings, None, state_of(self.spec))
+
+    def count(self, request: int, messages: list[dict[str, str]]) -> None:
+        """Answer a ``count`` from the reader thread: a reply may be running meanwhile, and
+        tokenizing only reads the vocabulary."""
+        self.loaded.wait()
+        try:
+            self.send("counted", request, self.spec.count_tokens(messages), None, None)
+        except Exception as e:  # SkippyError and anything unexpected: the caller raises it
+            self.send("counted", request, None, error_payload(e), None)
 
     def serve(self, spec: EngineSpec) -> None:
         from .loader import load_speculator

@@ -283,7 +283,7 @@ class SourceChooser:
 
     def handoff_pays(self, k_max_ngram: int, run: int) -> bool:
         """Whether a model step should stop for the n-gram once its tokens begin a copy
-        (:data:`~.ngram.HANDOFF`): only while at least :data:`HANDOFF_MIN_RATE` of the
+        (:data:`~.combined.HANDOFF`): only while at least :data:`HANDOFF_MIN_RATE` of the
         reply's copies begun so went on (the next step's n-gram offer, its own or judged by
         :meth:`shadow`, got :data:`HANDOFF_HIT` tokens right; judged whether or not the model
         stopped, so a reply whose copies start going on hands off again), and only if the

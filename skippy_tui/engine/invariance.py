@@ -224,6 +224,20 @@ def variant_build(params: LoadParams, n_layer: int, info: str | None = None) -> 
     )
 
 
+def kernel_key(ctx: Context, params: LoadParams, max_rows: int) -> tuple[object, ...]:
+    """The load settings that choose the kernels the probe's decodes run, for its cache key.
+
+    The window (``n_ctx``) is not one: the KV cells a decode reads are padded from the
+    cells in use, not from the window, and the window only grows by a bit-exact copy
+    (:mod:`.window`). Nor is ``n_ubatch`` beyond the largest probed batch: such a batch
+    is one ubatch either way (a window smaller than ``n_batch`` caps both, and changing
+    ``n_ctx`` then re-ran the probe for nothing).
+    """
+    rows = _rows(ctx, max_rows)
+    return (params.flash_attn, params.repack, params.cache_type_k, params.cache_type_v, params.n_gpu_layers,
+            params.device, params.threads, params.threads_batch, min(ctx.n_ubatch, rows), max_rows)  # fmt: skip
+
+
 def cached_probe(
     ctx: Context,
     max_rows: int,
@@ -231,7 +245,7 @@ def cached_probe(
     cache_dir: Path | None,
     report: Callable[[float], None] | None = None,
 ) -> Invariance:
-    """:func:`probe`, memoised on disk by (model file, build, CPU, numeric load settings).
+    """:func:`probe`, memoised on disk by (model file, build, CPU, :func:`kernel_key`).
 
     A missing or unreadable entry is simply measured again; writes are atomic.
     Only a fresh probe carries ``timings_ms``; ``report`` follows it (see :func:`probe`).
@@ -248,9 +262,8 @@ def cached_probe(
     deep = params.flash_attn != "off"
     if cache_dir is None or not path.is_file():
         return probe(ctx, max_rows, deep, report)
-    numeric = (params.flash_attn, params.repack, params.cache_type_k, params.cache_type_v, params.n_gpu_layers,
-               params.device, params.threads, params.threads_batch, ctx.n_ubatch, max_rows)  # fmt: skip
-    entry = cache_dir / "invariance" / f"{file_key(path, system_info(), cpu_model(), numeric)}.json"
+    key = file_key(path, system_info(), cpu_model(), kernel_key(ctx, params, max_rows))
+    entry = cache_dir / "invariance" / f"{key}.json"
     data = read_entry(entry)
     try:
         # the verdict is a property of the file, build and CPU; the timings were the machine's
@@ -262,8 +275,10 @@ def cached_probe(
             max_diff=data["max_diff"],
             windows=tuple(data["windows"]),
         )
-        # a verdict from before the deep window existed never looked where flash attention splits
-        if cached.rows == 1 or list(cached.windows) == _windows(ctx, _rows(ctx, max_rows), deep):
+        # a verdict that looked at every window this context can reach holds here (one from a
+        # larger window looked further); one from before the deep window existed did not look
+        # where flash attention splits a row
+        if cached.rows == 1 or set(_windows(ctx, _rows(ctx, max_rows), deep)) <= set(cached.windows):
             return cached
     except (ValueError, TypeError, KeyError, AttributeError):
         pass

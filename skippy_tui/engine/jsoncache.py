@@ -16,13 +16,12 @@ from pathlib import Path
 from typing import Any
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` so a reader sees the old file or the new, never half.
+def _write_aside(path: Path, text: str) -> Path:
+    """``text`` (UTF-8) written and synced to a new temp file beside ``path``; its path.
 
     Raises:
         OSError: the folder is missing or not writable (no temp file is left).
     """
-    path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     # not mkstemp: its 0600 would stick; 0666 minus the umask is what a plain open() gives
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -31,6 +30,22 @@ def atomic_write_text(path: Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return tmp
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` so a reader sees the old file or the new, never half.
+
+    Raises:
+        OSError: the folder is missing or not writable (no temp file is left).
+    """
+    path = Path(path)
+    tmp = _write_aside(path, text)
+    try:
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -50,13 +65,8 @@ def exclusive_write_text(path: Path, text: str) -> bool:
         OSError: the folder is missing or not writable (no temp file is left).
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    tmp = _write_aside(path, text)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
         try:
             os.link(tmp, path)
         except FileExistsError:

@@ -27,13 +27,20 @@ from .mtp import HiddenLog, MtpDrafter
 from .native import Context, LoadParams, Model
 from .native_mtp import MtpContext
 from .repack import repack_crash
-from .settings import ModelSpec, SpeculationSettings, validate_load_params
+from .settings import ModelSpec, SpeculationSettings, numeric_settings, validate_load_params
 from .speculator import Speculator
 from .threads import lower_threads, thread_wait_note
 from .window import INITIAL, fitted, grows, padded
 
 Progress = Callable[[str, float], None]
-"""``progress(stage, fraction)``: stage is a short human phrase, fraction in [0, 1]."""
+"""``progress(stage, fraction)``: stage is a short human phrase, fraction in [0, 1]; a long
+one says what is done, a colon, then why (:data:`PROBE_STAGE`)."""
+
+PROBE_STAGE = (
+    "measuring batch invariance: which verify batches match plain decoding bit for bit, "
+    "so that replies stay exact (once per model and kernel settings)"
+)
+DERIVE_STAGE = "deriving the F32 default target: from the shipped Q4_1, once (later starts reuse it)"
 
 Window = Callable[[Model, ChatTemplate], int]
 """``window(target, template)``: tokens one reply needs (its prompt's plus the reply cap)."""
@@ -96,8 +103,7 @@ def resolve_paths(spec: EngineSpec, progress: Progress = _noop) -> tuple[Path, P
     """
     target, draft = spec.target.path, spec.draft.path if spec.draft else None
     if target is None:
-        stage = "deriving the F32 default target (once)"
-        t, d = default_pair(spec.cache_dir / "models", lambda f: progress(stage, f))
+        t, d = default_pair(spec.cache_dir / "models", lambda f: progress(DERIVE_STAGE, f))
         target = t
         if draft is None and (spec.draft is None or spec.draft.path is None):
             draft = d
@@ -294,6 +300,8 @@ def load_speculator(
     n_ctx = t_load.n_ctx
     speculator = Speculator(t_model, t_ctx, template, drafter, speculation, t_info, d_info, padded(n_ctx), mtp)
     speculator.no_rollback = no_rollback
+    if drafter is not None:
+        speculator.draft_settings = numeric_settings(t_load, d_load)
     if speculator.n_ctx != n_ctx:  # llama.cpp pads the KV cache
         notes.append(f"llama.cpp rounded n_ctx {n_ctx} to {speculator.n_ctx} tokens")
     if slow := thread_wait_note():
@@ -306,11 +314,10 @@ def load_speculator(
             speculator.target_cache.ctx, rows, load, cache, report
         )
         if speculation.enabled:
-            stage = "measuring batch invariance"
-            progress(stage, 0.0)
+            progress(PROBE_STAGE, 0.0)
 
             def probing(fraction: float) -> None:  # minutes on a busy CPU: show it, and stop on a quit
-                progress(stage, fraction)
+                progress(PROBE_STAGE, fraction)
                 checkpoint()
 
             try:

@@ -25,6 +25,7 @@ from .native_backend import clear_log, ensure_backend, recent_log
 from .native_backend import llama_cpp as _L
 from .native_devices import accelerator_names, device_handle, local_accelerators, placement
 from .native_sigint import deferred_sigint
+from .options import default
 
 
 @functools.cache
@@ -107,25 +108,25 @@ class LoadParams:
     (when they stay in host RAM and the file fits in half the available memory).
     """
 
-    n_ctx: int = 4096
-    n_batch: int = 512
-    n_ubatch: int = 512
-    threads: int = 0
-    threads_batch: int = 0
-    n_gpu_layers: int = -1
-    main_gpu: int = 0
-    split_mode: str = "layer"
-    device: str | None = None
-    flash_attn: str = "off"
-    mmap: bool = True
-    mlock: bool = False
-    cache_type_k: str = "f16"
-    cache_type_v: str = "f16"
-    swa_full: bool = False
-    repack: bool = False
-    rpc: tuple[str, ...] = ()
-    tensor_split: tuple[float, ...] = ()
-    hugepages: bool | str = "auto"
+    n_ctx: int = default("target.n_ctx")
+    n_batch: int = default("target.n_batch")
+    n_ubatch: int = default("target.n_ubatch")
+    threads: int = default("target.threads")
+    threads_batch: int = default("target.threads_batch")
+    n_gpu_layers: int = default("target.n_gpu_layers")
+    main_gpu: int = default("target.main_gpu")
+    split_mode: str = default("target.split_mode")
+    device: str | None = default("target.device") or None  # the config's "": llama.cpp chooses
+    flash_attn: str = default("target.flash_attn")
+    mmap: bool = default("target.mmap")
+    mlock: bool = default("target.mlock")
+    cache_type_k: str = default("target.cache_type_k")
+    cache_type_v: str = default("target.cache_type_v")
+    swa_full: bool = default("target.swa_full")
+    repack: bool = default("target.repack")
+    rpc: tuple[str, ...] = tuple(default("target.rpc"))
+    tensor_split: tuple[float, ...] = tuple(default("target.tensor_split"))
+    hugepages: bool | str = default("target.hugepages")
 
 
 ProgressFn = Callable[[float], bool]
@@ -222,6 +223,7 @@ class Model:
         # where its layers run (CPU, CUDA0, RPC0@host:port, …+CPU): the status bar says it per model
         self.placement: str = placement(_device_names(params, self.remote_devices), params.n_gpu_layers, self.n_layer)
         self._piece_cache: dict[tuple[int, bool], bytes] = {}
+        self._control: dict[int, bool] = {}
 
     def close(self) -> None:
         with self.huge_pages.stopped():  # a move of the weights must not outlive their mapping
@@ -260,6 +262,20 @@ class Model:
         if n < 0:
             raise SkippyError(f"tokenization failed ({n})")
         return list(arr[:n])
+
+    def is_control(self, token: int) -> bool:
+        """True for a token that only ``parse_special`` text becomes (``<|im_start|>``, ``<bos>``):
+        llama.cpp's control and unknown tokens. Text tokenized without it never yields one."""
+        got = self._control.get(token)
+        if got is None:
+            special = _L.LLAMA_TOKEN_ATTR_CONTROL | _L.LLAMA_TOKEN_ATTR_UNKNOWN
+            got = self._control[token] = bool(_L.llama_vocab_get_attr(self.vocab, token) & special)
+        return got
+
+    def strips(self, token: int) -> tuple[bool, bool]:
+        """Whether llama.cpp drops the whitespace before (lstrip) and after (rstrip) ``token``'s text."""
+        attr = _L.llama_vocab_get_attr(self.vocab, token)
+        return bool(attr & _L.LLAMA_TOKEN_ATTR_LSTRIP), bool(attr & _L.LLAMA_TOKEN_ATTR_RSTRIP)
 
     def piece(self, token: int, special: bool = False) -> bytes:
         """The raw bytes of one token (possibly part of a UTF-8 character)."""
@@ -505,8 +521,12 @@ class Context:
 
     def _make_batch(self) -> None:
         self._batch = _L.llama_batch_init(self.n_batch, 0, 1)
+        self._tok = np.ctypeslib.as_array(self._batch.token, shape=(self.n_batch,))
+        self._wire_batch()
+
+    def _wire_batch(self) -> None:
+        """Views of the batch's positions and logits flags; every row in sequence 0."""
         b = self._batch
-        self._tok = np.ctypeslib.as_array(b.token, shape=(self.n_batch,))
         self._pos = np.ctypeslib.as_array(b.pos, shape=(self.n_batch,))
         self._logits_flag = np.ctypeslib.as_array(b.logits, shape=(self.n_batch,))
         np.ctypeslib.as_array(b.n_seq_id, shape=(self.n_batch,))[:] = 1

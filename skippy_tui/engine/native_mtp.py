@@ -56,11 +56,7 @@ class MtpContext(Context):
         b.token = self._tok_buf
         self._tok = np.ctypeslib.as_array(self._tok_buf, shape=(self.n_batch,))
         self._embd = np.ctypeslib.as_array(b.embd, shape=(self.n_batch, self.n_embd_in))
-        self._pos = np.ctypeslib.as_array(b.pos, shape=(self.n_batch,))
-        self._logits_flag = np.ctypeslib.as_array(b.logits, shape=(self.n_batch,))
-        np.ctypeslib.as_array(b.n_seq_id, shape=(self.n_batch,))[:] = 1
-        for i in range(self.n_batch):
-            b.seq_id[i][0] = 0
+        self._wire_batch()
 
     def _free_batch(self) -> None:
         self._batch.token = ctypes.POINTER(_L.llama_token)()  # ours, not llama_batch_free's

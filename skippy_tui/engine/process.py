@@ -36,6 +36,7 @@ from .events import Event, ReplyFinished, ReplyStarted, StepVerified
 from .loader import EngineSpec, Progress
 from .settings import GenerationSettings, SpeculationSettings
 from .step import failed
+from .window import PromptSize
 from .wire import State, Static, exit_message, rebuild_error
 
 POLL_S = 0.05
@@ -62,9 +63,9 @@ class ProcessSpeculator:
     Made by :func:`load_in_process`. ``run`` and ``forget`` are called from one
     worker thread; ``update``, ``abort`` and the attributes from any thread.
     ``target_info``, ``draft_info``, ``n_ctx``, ``no_rollback``, ``load_note``,
-    ``backend``, ``placements`` (where each model runs), ``model_drafter`` and
-    ``mtp_drafter`` (:class:`~.wire.DrafterView` or None) come with the load; ``n_past``, ``speculation``, ``drafter``
-    (a :class:`~.wire.DrafterView` or None), ``invariance`` and ``verdict()`` are the
+    ``backend``, ``draft_settings``, ``placements`` (where each model runs), ``model_drafter``
+    and ``mtp_drafter`` (:class:`~.wire.DrafterView` or None) come with the load; ``n_past``,
+    ``speculation``, ``drafter`` (a :class:`~.wire.DrafterView` or None), ``invariance`` and ``verdict()`` are the
     child's latest snapshot. A child that exits ends the reply in flight with
     ``reason="error"`` and :attr:`lost` says why.
     """
@@ -89,7 +90,8 @@ class ProcessSpeculator:
         self.cancel_heard: tuple[int, int] | None = None
         self.target_info, self.draft_info = static.target_info, static.draft_info
         self.n_ctx, self.no_rollback, self.load_note = static.n_ctx, static.no_rollback, static.load_note
-        self.backend, self.placements = static.backend, static.placements
+        self.backend, self.draft_settings = static.backend, static.draft_settings
+        self.placements = static.placements
         self.model_drafter, self.mtp_drafter = static.model_drafter, static.mtp_drafter
         self._apply(state)
         self._reader = threading.Thread(target=self._read, name="skippy-engine-pipe", daemon=True)
@@ -154,12 +156,13 @@ class ProcessSpeculator:
                     self.cancel_heard = (msg[1], steps if rid == msg[1] else 0)
                 elif kind == "state":
                     self._apply(msg[1])
-                elif kind == "updated":
-                    _, request, settings, error, state = msg
-                    self._apply(state)
+                elif kind in ("updated", "counted"):
+                    _, request, answer, error, state = msg
+                    if state is not None:
+                        self._apply(state)
                     waiting = self._requests.pop(request, None)
                     if waiting is not None:
-                        waiting[1].extend((settings, error))
+                        waiting[1].extend((answer, error))
                         waiting[0].set()
                 elif kind == "closed":
                     break
@@ -185,18 +188,35 @@ class ProcessSpeculator:
             BoundsError, SkippyError: as ``Speculator.update``; SkippyError too when
                 the child has exited or does not answer.
         """
+        return self._ask("update", changes)  # type: ignore[return-value]
+
+    def _ask(self, kind: str, payload: object) -> object:
+        """Send a request the child answers from its pipe reader (``update``, ``count``) and
+        wait for the answer (at most :data:`REQUEST_TIMEOUT_S`).
+
+        Raises:
+            SkippyError: what the child raised (its type), or it has exited or does not answer.
+        """
         if self.lost:
             raise SkippyError(self.lost)
         request = next(self._ids)
         done, box = threading.Event(), []
         self._requests[request] = (done, box)
-        if not self._send("update", request, changes) or not done.wait(REQUEST_TIMEOUT_S) or not box:
+        if not self._send(kind, request, payload) or not done.wait(REQUEST_TIMEOUT_S) or not box:
             self._requests.pop(request, None)
             raise SkippyError(self.lost or "the engine process did not answer")
-        settings, error = box
+        answer, error = box
         if error is not None:
             raise rebuild_error(error)
-        return settings
+        return answer
+
+    def count_tokens(self, messages: Sequence[dict[str, str]]) -> PromptSize:
+        """``Speculator.count_tokens`` in the child, beside a reply if one runs.
+
+        Raises:
+            SkippyError: as ``Speculator.count_tokens``, or the child has exited or does not answer.
+        """
+        return self._ask("count", [dict(m) for m in messages])  # type: ignore[return-value]
 
     def forget(self) -> None:
         """Drop both KV caches in the child (a new chat); ordered before the next ``run``."""

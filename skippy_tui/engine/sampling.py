@@ -35,9 +35,9 @@ import numpy as np
 
 from .bounds import check_int, check_unit_float
 from .errors import BoundsError
+from .options import MAX_SEED, SAMPLERS, bounds, default, option
 
-SAMPLERS = ("coupled", "rejection")
-MAX_SEED = 2**63 - 1
+__all__ = ["MAX_SEED", "SAMPLERS"]  # re-exported: their home is .options
 
 
 def _check_float(key: str, value: object, lo: float, hi: float, lo_open: bool = False) -> None:
@@ -68,28 +68,27 @@ class SamplingParams:
         BoundsError: a value is out of bounds (named, with its bound).
     """
 
-    temperature: float = 0.0
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    seed: int | None = None
-    repeat_penalty: float = 1.0
-    repeat_last_n: int = 64
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    sampler: str = "coupled"
+    temperature: float = default("sampling.temperature")
+    top_k: int = default("sampling.top_k")
+    top_p: float = default("sampling.top_p")
+    min_p: float = default("sampling.min_p")
+    seed: int | None = None  # the config's "random"
+    repeat_penalty: float = default("sampling.repeat_penalty")
+    repeat_last_n: int = default("sampling.repeat_last_n")
+    presence_penalty: float = default("sampling.presence_penalty")
+    frequency_penalty: float = default("sampling.frequency_penalty")
+    sampler: str = default("sampling.sampler")
 
     def __post_init__(self) -> None:
-        _check_float("temperature", self.temperature, 0.0, 100.0)
-        check_int("top_k", self.top_k, 0)
+        for key in ("temperature", "repeat_penalty", "presence_penalty", "frequency_penalty"):
+            opt = option(f"sampling.{key}")
+            _check_float(key, getattr(self, key), opt.lo, opt.hi, opt.lo_open)  # type: ignore[arg-type]
+        check_int("top_k", self.top_k, *bounds("sampling.top_k"))
         check_unit_float("top_p", self.top_p)
         check_unit_float("min_p", self.min_p)
         if self.seed is not None:
-            check_int("seed", self.seed, 0, MAX_SEED)
-        _check_float("repeat_penalty", self.repeat_penalty, 0.0, 100.0, lo_open=True)
-        check_int("repeat_last_n", self.repeat_last_n, -1, 1 << 24)
-        _check_float("presence_penalty", self.presence_penalty, -100.0, 100.0)
-        _check_float("frequency_penalty", self.frequency_penalty, -100.0, 100.0)
+            check_int("seed", self.seed, *bounds("sampling.seed"))
+        check_int("repeat_last_n", self.repeat_last_n, *bounds("sampling.repeat_last_n"))
         if self.sampler not in SAMPLERS:
             raise BoundsError("sampler", self.sampler, "one of " + ", ".join(SAMPLERS))
 

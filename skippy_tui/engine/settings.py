@@ -14,6 +14,7 @@ from pathlib import Path
 from .bounds import MAX_DRAFT_TOKENS, check_int, validate_speculation
 from .errors import BoundsError
 from .native import FLASH_ATTN, KV_CACHE_TYPES, SPLIT_MODES, LoadParams, max_devices
+from .options import DRAFT_SOURCES, PROFILES, bounds, default
 from .rpc import RpcError, parse_endpoint
 from .sampling import SamplingParams
 
@@ -32,13 +33,13 @@ MAX_DEVICES = max_devices()
 
 def validate_load_params(prefix: str, p: LoadParams) -> None:
     """Check one model's native settings; raises ``BoundsError`` naming ``prefix.key``."""
-    check_int(f"{prefix}.n_ctx", p.n_ctx, 16, 1 << 24)
-    check_int(f"{prefix}.n_batch", p.n_batch, 1, 1 << 20)
-    check_int(f"{prefix}.n_ubatch", p.n_ubatch, 1, 1 << 20)
-    check_int(f"{prefix}.threads", p.threads, 0, 1024)
-    check_int(f"{prefix}.threads_batch", p.threads_batch, 0, 1024)
-    check_int(f"{prefix}.n_gpu_layers", p.n_gpu_layers, -1, 1 << 16)
-    check_int(f"{prefix}.main_gpu", p.main_gpu, 0, 1024)
+    check_int(f"{prefix}.n_ctx", p.n_ctx, *bounds("target.n_ctx"))
+    check_int(f"{prefix}.n_batch", p.n_batch, *bounds("target.n_batch"))
+    check_int(f"{prefix}.n_ubatch", p.n_ubatch, *bounds("target.n_ubatch"))
+    check_int(f"{prefix}.threads", p.threads, *bounds("target.threads"))
+    check_int(f"{prefix}.threads_batch", p.threads_batch, *bounds("target.threads_batch"))
+    check_int(f"{prefix}.n_gpu_layers", p.n_gpu_layers, *bounds("target.n_gpu_layers"))
+    check_int(f"{prefix}.main_gpu", p.main_gpu, *bounds("target.main_gpu"))
     _choice(f"{prefix}.split_mode", p.split_mode, SPLIT_MODES)
     _choice(f"{prefix}.flash_attn", p.flash_attn, FLASH_ATTN)
     _choice(f"{prefix}.cache_type_k", p.cache_type_k, KV_CACHE_TYPES)
@@ -83,12 +84,22 @@ Flash attention off buys batch invariance (README, "Exactness"), and only the ta
 needs it: the draft's logits never decide a token (the target verifies every one, and
 the coupled sampler draws from the target's distribution), so they may depend on how
 its calls are batched. With it on (``auto``) the default Q4_1 draft's one-token decodes
-ran 1.07-1.12x as fast (SmolLM2-135M, 2-core AMD VM, at 50 and 400 tokens of context)."""
+ran faster (README, "Exactness").
+
+Not for a draft that is the target's own file, or one asked to load like the target
+(``[draft] like_target``): there the draft's logits could equal the target's, and with
+other kernels in the draft alone their rounding read as draft disagreement, in the one
+pair people check a setup with (:func:`draft_load_params`)."""
+
+NUMERIC_KEYS = ("flash_attn", "repack", "cache_type_k", "cache_type_v")
+"""The load settings that change a decode's arithmetic but not where it runs or what it
+holds: what :func:`numeric_settings` says of a draft."""
 
 
-def draft_load_params(target: LoadParams, overrides: dict[str, object]) -> LoadParams:
-    """The draft's native settings: the target's, then :data:`DRAFT_LOAD`, then the
-    draft's own keys on top.
+def draft_load_params(target: LoadParams, overrides: dict[str, object], like_target: bool = False) -> LoadParams:
+    """The draft's native settings: the target's, then :data:`DRAFT_LOAD` (unless
+    ``like_target``: the draft is the target's file, or was asked to load like it), then
+    the draft's own keys on top.
 
     The draft so inherits the target's n_ctx, mmap, mlock and device (as the
     skippy draft runner does) and may override threads, GPU layers, device,
@@ -98,11 +109,36 @@ def draft_load_params(target: LoadParams, overrides: dict[str, object]) -> LoadP
     if unknown:
         key = sorted(unknown)[0]
         raise BoundsError(f"draft.{key}", overrides[key], "a model key: " + ", ".join(MODEL_KEYS))
-    return dataclasses.replace(target, **{**DRAFT_LOAD, **overrides})  # type: ignore[arg-type]
+    defaults = {} if like_target else DRAFT_LOAD
+    return dataclasses.replace(target, **{**defaults, **overrides})  # type: ignore[arg-type]
 
 
-DRAFT_SOURCES = ("auto", "model", "ngram", "ngram+model", "mtp")
-PROFILES = ("auto", "exact", "fast")
+def same_file(a: Path | None, b: Path | None) -> bool:
+    """Whether two model paths name one file (through links or relative paths too); a
+    missing file is compared by its resolved path."""
+    if a is None or b is None:
+        return False
+    try:
+        return a.expanduser().samefile(b.expanduser())
+    except OSError:
+        return a.expanduser().resolve() == b.expanduser().resolve()
+
+
+def numeric_settings(target: LoadParams, draft: LoadParams) -> str:
+    """Which numeric settings (:data:`NUMERIC_KEYS`) the draft runs with, for the draft
+    finder and F3: ``the target's: flash_attn off, repack off, …``, or ``its own:
+    flash_attn auto (target off), repack off, …`` (where they differ, the target's too)."""
+
+    def word(value: object) -> str:
+        return ("on" if value else "off") if isinstance(value, bool) else str(value)
+
+    parts = []
+    for key in NUMERIC_KEYS:
+        mine, theirs = getattr(draft, key), getattr(target, key)
+        parts.append(f"{key} {word(mine)}" + ("" if mine == theirs else f" (target {word(theirs)})"))
+    same = all(getattr(draft, k) == getattr(target, k) for k in NUMERIC_KEYS)
+    return ("the target's: " if same else "its own: ") + ", ".join(parts)
+
 
 FAST_LOAD = {"flash_attn": "auto", "repack": True}
 """What ``profile = "fast"`` changes in both models' load settings (keys set explicitly win)."""
@@ -143,21 +179,21 @@ class SpeculationSettings:
         BoundsError: per the bounds contract.
     """
 
-    enabled: bool = True
-    n_draft: int | str = 4
-    n_min: int = 0
-    p_min: float = 0.0
-    source: str = "model"
-    n_draft_max: int = 8
-    exact: bool = True
-    n_draft_max_ngram: int = 32
-    profile: str = "auto"
+    enabled: bool = default("speculation.enabled")
+    n_draft: int | str = default("speculation.n_draft")
+    n_min: int = default("speculation.n_min")
+    p_min: float = default("speculation.p_min")
+    source: str = default("speculation.source")
+    n_draft_max: int = default("speculation.n_draft_max")
+    exact: bool = default("speculation.exact")
+    n_draft_max_ngram: int = default("speculation.n_draft_max_ngram")
+    profile: str = default("speculation.profile")
 
     def __post_init__(self) -> None:
         if isinstance(self.n_draft, str) and self.n_draft != "auto":
             raise BoundsError("n_draft", self.n_draft, f'an integer in 1..{MAX_DRAFT_TOKENS} or "auto"')
-        check_int("n_draft_max", self.n_draft_max, 1, MAX_DRAFT_TOKENS)
-        check_int("n_draft_max_ngram", self.n_draft_max_ngram, 1, MAX_DRAFT_TOKENS)
+        check_int("n_draft_max", self.n_draft_max, *bounds("speculation.n_draft_max"))
+        check_int("n_draft_max_ngram", self.n_draft_max_ngram, *bounds("speculation.n_draft_max_ngram"))
         validate_speculation(1, self.k_max, self.n_min, self.p_min)
         _choice("speculation.source", self.source, DRAFT_SOURCES)
         _choice("speculation.profile", self.profile, PROFILES)
@@ -195,10 +231,10 @@ class GenerationSettings:
     """
 
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    max_tokens: int = 512
+    max_tokens: int = default("generation.max_tokens")
     stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        check_int("max_tokens", self.max_tokens, 1, 1_048_576)
+        check_int("max_tokens", self.max_tokens, *bounds("generation.max_tokens"))
         if not all(isinstance(s, str) for s in self.stop):
             raise BoundsError("stop", self.stop, "a list of strings")

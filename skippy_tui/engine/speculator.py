@@ -44,6 +44,7 @@ from .adaptive import AdaptiveK, FixedK, KPolicy
 from .bounds import ContextCapacity, validate_capacity, validate_prompt_len
 from .chat import ChatTemplate, Message, prompt_tokens
 from .chooser import SourceChooser
+from .combined import HANDOFF, AutoDrafter, build_drafter
 from .cost_model import best_k
 from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import BoundsError, ContextFullError, SkippyError
@@ -55,7 +56,7 @@ from .kvcache import KvCache
 from .measurements import VerifyCosts
 from .mtp import MtpDrafter
 from .native import Context, Model
-from .ngram import HANDOFF, NGRAM_LOOKUP_MS, AutoDrafter, NgramDrafter, build_drafter
+from .ngram import NGRAM_LOOKUP_MS, NgramDrafter
 from .sampling import PenaltyWindow
 from .settings import GenerationSettings, SpeculationSettings
 from .step import (
@@ -73,6 +74,7 @@ from .step import (
     step_event,
 )
 from .verify import Judge, ReplySampler, Verdict
+from .window import PromptSize
 
 
 class Speculator:
@@ -143,6 +145,8 @@ class Speculator:
         self.no_rollback = ""
         # what llama.cpp changed in the load settings (it pads n_ctx), said once by the CLI and app, or ""
         self.load_note = ""
+        # the numeric settings the draft model runs with (settings.numeric_settings), or "" without one
+        self.draft_settings = ""
 
     # -- settings that apply from the next step -------------------------------------
 
@@ -348,6 +352,19 @@ class Speculator:
         """Tokens in the target's KV cache."""
         return self.target_cache.n_past
 
+    def count_tokens(self, messages: Sequence[Message]) -> PromptSize:
+        """How many tokens ``messages`` make as a prompt, how many its last message's text
+        is, and the window they must fit: what the app shows as one types. Decodes
+        nothing; safe beside a reply in another thread (tokenizing only reads the vocabulary).
+
+        Raises:
+            SkippyError: as :func:`.chat.prompt_tokens` (the template failed to render).
+        """
+        n_prompt = len(prompt_tokens(self.target, self.template, messages))
+        last = messages[-1]["content"] if messages else ""
+        n_message = len(self.target.tokenize(last, add_special=False, parse_special=False)) if last else 0
+        return PromptSize(n_prompt, n_message, self.n_ctx)
+
     def forget(self) -> None:
         """Drop both KV caches (a new chat)."""
         self.target_cache.reset()
@@ -392,14 +409,14 @@ class Speculator:
         try:
             self.ensure_exact()
             validate_prompt_len(len(context))
-            self.fit_window(len(context) + gen.max_tokens)
             if not context:
                 raise SkippyError("empty prompt: nothing to decode from")
-            if len(context) > self.n_ctx:
+            if len(context) > self.n_ctx:  # before the window grows: it would grow for nothing
                 raise ContextFullError(
                     f"the prompt is {len(context)} tokens but the context window holds {self.n_ctx}; "
                     "raise n_ctx or start a new chat"
                 )
+            self.fit_window(len(context) + gen.max_tokens)
             t0 = time.perf_counter()
             target_sync = self.target_cache.sync(context, cancelled, epoch)
             t1 = time.perf_counter()

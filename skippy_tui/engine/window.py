@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+from dataclasses import dataclass
 
 from . import rpc
 from .errors import ModelFileError
@@ -28,6 +29,23 @@ MIN = 512
 INITIAL = 768
 """The window a chat starts with (its first reply's length is not known at load): a
 first message of up to 256 tokens with the default ``max_tokens`` (512) fits."""
+
+
+@dataclass(frozen=True, slots=True)
+class PromptSize:
+    """A conversation as the engine would prompt the target with it: ``n_prompt`` tokens
+    (template included), ``n_message`` of them its last message's text, in an
+    ``n_ctx``-token window."""
+
+    n_prompt: int
+    n_message: int
+    n_ctx: int
+
+    @property
+    def fits(self) -> bool:
+        """Whether a reply can start: the prompt holds no more tokens than the window (as
+        :meth:`.Speculator.generate` checks); a longer one fails with ``context_full``."""
+        return self.n_prompt <= self.n_ctx
 
 
 def grows(params: LoadParams) -> bool:

@@ -3,9 +3,9 @@ engine/child.py).
 
 Messages are tuples ``(kind, *payload)``, pickled by :mod:`multiprocessing`.
 Parent to child: ``run``, ``sampling``, ``cancel``, ``abort``, ``update``,
-``forget``, ``cancel_load``, ``close``. Child to parent: ``progress``,
+``count``, ``forget``, ``cancel_load``, ``close``. Child to parent: ``progress``,
 ``loaded``, ``load_error``, ``event``, ``cancel_heard``, ``state``, ``updated``,
-``closed``.
+``counted``, ``closed``.
 Events are the engine's own immutable dataclasses; the speculator's attributes
 travel as a :class:`Static` (after load) and a :class:`State` snapshot, and an
 exception as its type, message and attributes.
@@ -75,6 +75,7 @@ class Static:
     no_rollback: str
     load_note: str
     backend: str
+    draft_settings: str = ""  # the numeric settings the draft runs with (Speculator.draft_settings)
     # what the model sources draft with (a draft model, else MTP heads) and the MTP heads, or None:
     # the app offers the sources these make possible (F3)
     model_drafter: DrafterView | None = None
@@ -100,8 +101,10 @@ def static_of(spec: Any) -> Static:
     from .rpc import placements
 
     drafters = DrafterView.of(spec.model_drafter), DrafterView.of(spec.mtp_drafter)
-    return Static(spec.target_info, spec.draft_info, spec.n_ctx, spec.no_rollback, spec.load_note, backend_name(),
-                  *drafters, tuple(placements(spec)))  # fmt: skip
+    return Static(
+        spec.target_info, spec.draft_info, spec.n_ctx, spec.no_rollback, spec.load_note, backend_name(),
+        spec.draft_settings, *drafters, tuple(placements(spec)),
+    )  # fmt: skip
 
 
 def state_of(spec: Any) -> State:

@@ -3,6 +3,7 @@
 Each job is a mixin in its own module, which says what it owns and relies on:
 
 - ``generation.py``: send, the generate worker, engine events into the widgets, stop / regenerate / edit;
+- ``context_fit.py``: the input counted against the context window, and the notes when a message does not fit;
 - ``loading.py``: F5 and the picker's switch (F8), their workers and the load error dialog;
 - ``files.py``: save / open transcripts, the chat history, asking before a chat is dropped;
 - ``replies.py``: the chat filled from the transcript, which reply the panel shows, copying;
@@ -41,6 +42,7 @@ from ..transcript import Transcript
 from .chat import AssistantMessage, ChatView
 from .commands import SkippyCommands
 from .confirm import DISCARD, ConfirmDiscardScreen
+from .context_fit import ContextFitMixin
 from .files import FilesMixin
 from .generation import FLUSH_HZ, GenerationMixin
 from .help import HelpScreen
@@ -92,7 +94,15 @@ KEY_HELP = {
 
 
 class SkippyApp(
-    GenerationMixin, LoadingMixin, FilesMixin, ReplyViewMixin, TuningMixin, LayoutMixin, StatusMixin, App[None]
+    GenerationMixin,
+    ContextFitMixin,
+    LoadingMixin,
+    FilesMixin,
+    ReplyViewMixin,
+    TuningMixin,
+    LayoutMixin,
+    StatusMixin,
+    App[None],
 ):
     """skippy-tui: chat through speculative decoding and watch each step."""
 
@@ -181,6 +191,7 @@ class SkippyApp(
         self._init_loading()
         self._init_layout()
         self._init_files()
+        self._init_context_fit()
 
     # -- widgets, mount, keys ----------------------------------------------------------------
 
@@ -323,6 +334,10 @@ class SkippyApp(
     @on(PromptInput.Submitted)
     async def _submitted(self, event: PromptInput.Submitted) -> None:
         await self._send(event.text)
+
+    @on(TextArea.Changed, "#prompt")
+    def _prompt_edited(self) -> None:
+        self._prompt_changed()
 
     @on(AssistantMessage.Selected)
     def _select_reply(self, event: AssistantMessage.Selected) -> None:

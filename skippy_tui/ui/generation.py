@@ -27,6 +27,7 @@ from ..engine.settings import GenerationSettings
 from ..engine.stats import AcceptanceStats
 from ..transcript import Entry, model_pair, models_label, reply_stats
 from .chat import AssistantMessage, MessageWidget, SystemNote, UserMessage, Welcome
+from .context_fit import count_label, cut_short, engine_refusal, refusal
 from .messages import EngineEvent
 from .prompt import HINT
 
@@ -75,9 +76,11 @@ class GenerationMixin:
     dropped), ``_cancel``, ``_current`` / ``_current_entry`` / ``_reply_at`` (its widget,
     its transcript entry and where that goes), ``_live_stats``, the ``_pending`` /
     ``_panel_pending`` step queues, ``_forget_next`` (a new chat: the engine's caches start
-    empty) and ``_editing`` (Ctrl+L). Relies on the app's ``speculator``, ``transcript``,
-    ``generation``, ``chat``, ``panel``, ``prompt``, ``state``, ``_shown``, ``_show_in_panel``
-    and ``_place_system_notes`` (ReplyViewMixin), ``_update_status`` (StatusMixin),
+    empty), ``_editing`` (Ctrl+L) and ``_sent`` (the message just sent, taken back if the
+    engine refuses it). Relies on the app's ``speculator``, ``transcript``, ``generation``,
+    ``chat``, ``panel``, ``prompt``, ``state``, ``_size_now`` / ``_note_context`` /
+    ``_prompt_changed`` (ContextFitMixin), ``_shown``, ``_show_in_panel`` and
+    ``_place_system_notes`` (ReplyViewMixin), ``_update_status`` (StatusMixin),
     ``action_save`` / ``_save_history`` (FilesMixin), ``_swap_models`` (LoadingMixin), and
     the app's ``_relay``, ``_flush_timer`` and ``_quitting`` /
     ``_go_on_quitting`` (a quit mid-reply goes on once the reply has ended).
@@ -96,6 +99,7 @@ class GenerationMixin:
         self._forget_next = False
         self._editing: int | None = None  # entry index of the user message being edited
         self._reply_at = 0  # where the reply in flight goes in the transcript
+        self._sent: Entry | None = None  # the user message the reply in flight answers, if just sent
 
     async def _send(self, text: str) -> None:
         """Send a message typed in the input (Enter): it starts a reply, or a notice says why not."""
@@ -108,6 +112,12 @@ class GenerationMixin:
         if self.speculator is None:
             hint = "they are still loading" if self.loading else "press F5 to load them"
             self.notify(f"No models loaded: {hint}.", severity="warning")
+            return
+        size = self._size_now(text)
+        if size is not None and not size.fits:  # refused before anything changes: the text stays
+            self.prompt.set_count(count_label(size), too_long=True)
+            await self._note_context(refusal(size))
+            self.notify("The message does not fit the context window: see the note in the chat.", severity="warning")
             return
         self.prompt.remember(text)
         self.state.history = self.prompt.recall_list
@@ -122,9 +132,12 @@ class GenerationMixin:
         else:
             self.transcript.entries.append(entry)
             await self.chat.mount(UserMessage(entry))
-        await self._start_reply()
+        await self._start_reply(sent=entry)
 
-    async def _start_reply(self) -> None:
+    async def _start_reply(self, sent: Entry | None = None) -> None:
+        """Start the reply to the transcript; ``sent``: the user message just sent (Enter), which
+        goes back into the input if the engine refuses it (the chat with it overflows the window)."""
+        self._sent = sent
         messages = self.transcript.engine_messages()
         self._reply_at = len(self.transcript.entries)  # F2 mid-reply adds its change after the reply
         entry = Entry("assistant", "", models=self._model_pair())
@@ -224,7 +237,12 @@ class GenerationMixin:
         self.generating = False
         self._flush_timer.pause()
         self._current = self._current_entry = None
-        if fin.text or fin.reason not in ("error", "cancelled"):
+        refused = fin.reason == "context_full" and fin.n_tokens == 0  # the prompt alone overflowed
+        if refused:
+            await msg.remove()
+            await self._unsend()
+            await self._note_context(engine_refusal(fin.error))
+        elif fin.text or fin.reason not in ("error", "cancelled"):
             self.transcript.entries.insert(self._reply_at, entry)
             stats = reply_stats(entry.events)
             self.session_stats.merge(stats)
@@ -245,10 +263,13 @@ class GenerationMixin:
             )  # fmt: skip
         elif fin.reason == "cancelled":
             self.notify("Stopped.", timeout=2)
-        elif fin.reason == "context_full":
-            self.notify(fin.error or "The context window is full: start a new chat (ctrl+n).", severity="warning")
+        elif fin.reason == "context_full" and not refused:  # the reason stays in the chat, not only in a toast
+            await self._note_context(cut_short(fin.n_past, self._n_ctx or self.speculator.n_ctx))
+        if fin.reason == "context_full":
+            self.notify("The context window is full: see the note in the chat.", severity="warning")
         self.refresh_bindings()
         self._update_status()
+        self._prompt_changed()  # the chat changed: the input's count too
         if self.config.get("ui", "autosave") and entry in self.transcript.entries:
             self.action_save(quiet=True)
         self._save_history()
@@ -264,6 +285,18 @@ class GenerationMixin:
         if spec is None or spec.target_info is None:
             return None
         return model_pair(spec.target_info.summary(), spec.draft_info.summary() if spec.draft_info else None)
+
+    async def _unsend(self) -> None:
+        """Take back the message the engine refused: out of the transcript and the chat, its
+        text into the input (unless something else was typed since: ↑ recalls it), so that the next
+        message does not carry it too."""
+        sent, self._sent = self._sent, None
+        if sent is None or not self.transcript.entries or self.transcript.entries[-1] is not sent:
+            return
+        await self._truncate(len(self.transcript.entries) - 1)
+        if not self.prompt.text.strip():
+            self.prompt.load_text(sent.content)
+            self.prompt.move_cursor(self.prompt.document.end)
 
     def _drop_lost_speculator(self) -> None:
         """Unload a speculator that can no longer answer. An engine process is ended; an
@@ -359,7 +392,7 @@ class GenerationMixin:
         prompt.load_text(self.transcript.entries[idx].content)
         prompt.move_cursor(prompt.document.end)
         prompt.border_title = "editing your last message"
-        prompt.border_subtitle = "enter resends (the reply after it is replaced) · esc cancels"
+        prompt.set_hint("enter resends (the reply after it is replaced) · esc cancels")
         prompt.add_class("-editing")
         prompt.focus()
 
@@ -367,5 +400,6 @@ class GenerationMixin:
         self._editing = None
         prompt = self.prompt
         prompt.border_title = "message"
-        prompt.border_subtitle = HINT
+        prompt.set_hint(HINT)
         prompt.remove_class("-editing")
+        self._prompt_changed()  # counted against the whole chat again

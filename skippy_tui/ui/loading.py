@@ -45,17 +45,19 @@ class ConfigReload:
 class LoadingMixin:
     """Loading and switching models for the app, and the error dialog a failed load shows.
 
-    Owns ``loading`` (F5's load is running), ``_load_cancel`` (quit sets it),
-    ``switching`` (the picker's choice while it loads) and ``_switched`` (that pair loaded,
-    waiting for the reply in flight to end). Relies on the app's ``config``, ``_reload_config``,
-    ``_config_read``, ``_sampling_read``, ``speculator``, ``owns_speculator``, ``sampling``,
-    ``generation``, ``transcript``, ``generating`` (GenerationMixin), ``_n_past`` / ``_n_ctx``,
-    ``_update_status`` (StatusMixin), ``_snapshot_metadata`` and ``_unless_kept`` (FilesMixin)
+    Owns ``loading`` (F5's load is running), ``load_stage`` (what it is doing),
+    ``_load_cancel`` (quit sets it), ``switching`` (the picker's choice while it loads) and
+    ``_switched`` (that pair loaded, waiting for the reply in flight to end). Relies on the
+    app's ``config``, ``_reload_config``, ``_config_read``, ``_sampling_read``, ``speculator``,
+    ``owns_speculator``, ``sampling``, ``generation``, ``transcript``, ``generating``
+    (GenerationMixin), ``_n_past`` / ``_n_ctx``, ``_update_status`` (StatusMixin),
+    ``_snapshot_metadata`` and ``_unless_kept`` (FilesMixin)
     and ``_quit_now`` / ``_relay`` (the app).
     """
 
     def _init_loading(self) -> None:
         self.loading = False
+        self.load_stage = ""  # the stage the load last reported, for the status bar
         self._load_cancel = threading.Event()  # quit during a load stops it (else exit waits for it)
         self.switching: ModelChoice | None = None  # the pair the picker chose, while it loads
         self._switched: Any = None  # that pair loaded, waiting for the reply in flight to end
@@ -71,6 +73,7 @@ class LoadingMixin:
             self._show_error("The config has a problem", e)
             return
         self.loading = True
+        self.load_stage = ""
         self.query_one("#loading").display = True
         self.query_one("#loading-label", Label).update("checking models…")
         self.refresh_bindings()
@@ -166,6 +169,9 @@ class LoadingMixin:
     def on_load_progress(self, msg: LoadProgress) -> None:
         if not self.loading:
             return
+        if msg.stage != self.load_stage:  # the status bar says it too, with why (the probe takes long)
+            self.load_stage = msg.stage
+            self._update_status()
         self.query_one("#loading-label", Label).update(msg.stage)
         self.query_one("#loading-bar", ProgressBar).update(progress=round(msg.fraction * 100))
 
@@ -216,6 +222,7 @@ class LoadingMixin:
         elif state in (WorkerState.ERROR, WorkerState.CANCELLED):
             self.loading = False
             self.query_one("#loading").display = False
+            self._update_status()  # not the failed load's last stage: no models (f5 loads them)
             self.refresh_bindings()
             self._update_status()  # it said "loading models…" until the next update
             if state == WorkerState.ERROR and not self._load_cancel.is_set():

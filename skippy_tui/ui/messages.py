@@ -5,6 +5,7 @@ from __future__ import annotations
 from textual.message import Message
 
 from ..engine.events import Event
+from ..engine.window import PromptSize
 
 
 class EngineEvent(Message):
@@ -26,3 +27,14 @@ class LoadProgress(Message):
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, LoadProgress)
+
+
+class PromptCounted(Message):
+    """The input counted against the context window (``size`` None: it could not be).
+
+    ``seq`` says which count it answers: a newer keystroke makes it stale."""
+
+    def __init__(self, seq: int, size: PromptSize | None) -> None:
+        super().__init__()
+        self.seq = seq
+        self.size = size

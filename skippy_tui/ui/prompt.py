@@ -31,10 +31,26 @@ class PromptInput(TextArea):
         self.recall_list: list[str] = list(history or [])
         self._hist_pos: int | None = None  # index into history while recalling
         self._draft = ""  # what was typed before recalling
+        self._hint = HINT  # the keys, in the bottom border
+        self._count = ""  # the text's tokens against the context window (ui/context_fit.py), or ""
 
     def on_mount(self) -> None:
         self.border_title = "message"
-        self.border_subtitle = HINT
+        self._show_subtitle()
+
+    def set_hint(self, hint: str) -> None:
+        """What the bottom border says about the keys (editing a message says other keys)."""
+        self._hint = hint
+        self._show_subtitle()
+
+    def set_count(self, count: str, too_long: bool) -> None:
+        """Show the text's token count before the keys; ``too_long`` marks the input."""
+        self._count = count
+        self.set_class(too_long, "-too-long")
+        self._show_subtitle()
+
+    def _show_subtitle(self) -> None:
+        self.border_subtitle = f"{self._count} · {self._hint}" if self._count else self._hint
 
     def action_newline(self) -> None:
         start, end = self.selection

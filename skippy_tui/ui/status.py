@@ -52,6 +52,7 @@ class StatusState:
     transcript_name: str  # the transcript file's name, or "transcript"
     loading: bool
     panel_shown: bool
+    load_stage: str = ""  # what the load is doing, and after a colon why (engine/loader.py)
 
 
 def model_field(role: str, path: Any, name: str, file_type: str, drop: float) -> Part:
@@ -126,6 +127,16 @@ def rollback_field(spec: Any) -> Part | None:
     return None if kind == "kv" else Part((f"rollback: {kind}", ""), (3,))
 
 
+def load_part(stage: str) -> Part:
+    """The load's field: its stage, what and why (the probe runs for minutes on a busy
+    machine); narrower, only what; narrowest ``loading models…``."""
+    if not stage:
+        return Part(("loading models…",))
+    what = stage.split(": ", 1)[0]
+    forms = tuple(dict.fromkeys((stage, what, "loading models…")))
+    return Part(forms, (0.5, 0.6)[: len(forms) - 1])
+
+
 def status_parts(st: StatusState) -> list[Part]:
     """The status bar's fields in order; the ranks say which give way first (see fit_parts)."""
     parts: list[Part] = []
@@ -169,7 +180,7 @@ def status_parts(st: StatusState) -> list[Part]:
             if models.get("backend"):
                 parts.append(Part((f"recorded on {models['backend']}", ""), (1,)))
         if st.loading:
-            parts.append(Part(("loading models…",)))
+            parts.append(load_part(st.load_stage))
         else:
             parts.append(Part(("no models loaded (f5 loads them)", "no models (f5)"), (4,)))
     if not st.panel_shown:
@@ -199,7 +210,7 @@ class StatusMixin:
     """The app's status bar: reads the app's state into a :class:`StatusState` and shows it fitted.
 
     Relies on the app's ``speculator``, ``transcript``, ``transcript_path``, ``replay``,
-    ``loading``, ``generating``, ``sampling``, ``_n_past``, ``_n_ctx`` and ``_live_stats``
+    ``loading``, ``load_stage``, ``generating``, ``sampling``, ``_n_past``, ``_n_ctx`` and ``_live_stats``
     (the reply in flight), and its ``panel``.
     """
 
@@ -223,6 +234,7 @@ class StatusMixin:
             transcript_name=self.transcript_path.name if self.transcript_path else "transcript",
             loading=self.loading,
             panel_shown=bool(self.panel.display),
+            load_stage=self.load_stage,
         )
 
     def _update_status(self) -> None:

@@ -77,6 +77,7 @@ class TuneScreen(ModalScreen["dict | None"]):
     batch cannot hold). Any error shows in the dialog and nothing changes.
     ``sources``: the draft sources offered (those the loaded models can draft with);
     ``source_note``: why one is not offered, shown under the choice.
+    ``draft_settings``: which numeric settings the draft model runs with, shown above the buttons.
     Returns ``{"n_draft", "p_min", "source", "max_tokens", "sampling"}`` once applied, or None when cancelled.
     """
 
@@ -97,8 +98,10 @@ class TuneScreen(ModalScreen["dict | None"]):
         source: str = "auto",
         sources: Sequence[str] = DRAFT_SOURCES,
         source_note: str = "",
+        draft_settings: str = "",
     ) -> None:
         super().__init__()
+        self.draft_settings = draft_settings  # the numeric settings the draft model runs with, or ""
         self.sampling = sampling
         self.sources = tuple(sources) if source in sources else (source, *sources)  # the one in force stays
         self.source_note = source_note
@@ -125,6 +128,8 @@ class TuneScreen(ModalScreen["dict | None"]):
                     yield Label(help_text, classes="field-help")
                 if key == "source" and self.source_note:
                     yield Static(self.source_note, id="source-note", markup=False)
+            if self.draft_settings:  # a self-pair reads 100 % only with the target's (settings.DRAFT_LOAD)
+                yield Static(f"draft model runs with {self.draft_settings}", id="tune-draft", markup=False)
             yield Static("", id="tune-error", markup=False)  # messages quote config sections: [target]
             with ButtonRow():
                 yield Button("Apply", id="apply", variant="primary")

@@ -125,6 +125,7 @@ class TuningMixin:
                 self._update_status()
 
         max_tokens = self.generation.max_tokens
+        draft_settings = getattr(spec, "draft_settings", "") if spec is not None else ""
         screen = TuneScreen(n_draft, p_min, self.sampling, focus, apply, max_tokens=max_tokens, source=source,
-                            sources=sources, source_note=note)  # fmt: skip
+                            sources=sources, source_note=note, draft_settings=draft_settings)  # fmt: skip
         self.push_screen(screen, done)

@@ -666,3 +666,31 @@ def test_max_tokens_from_f3_caps_the_next_reply_and_alt_arrows_work_mid_reply(
             assert app.panel.timeline.steps == entry.steps
 
     run(body())
+
+
+def test_while_models_load_the_status_bar_says_what_is_measured_and_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exactness probe can take minutes on a busy machine: the status bar names it and why."""
+    import threading
+
+    from skippy_tui.engine.loader import PROBE_STAGE
+
+    release = threading.Event()
+
+    def load(spec: object, progress, cancelled) -> None:  # a load that stays in the probe until released
+        progress(PROBE_STAGE, 0.4)
+        release.wait(30)
+        raise RuntimeError("stopped by the test")
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        monkeypatch.setattr(app, "_loader", lambda: load)
+        async with app.run_test(size=(200, 30)) as pilot:
+            app.action_load_models()
+            app._load_cancel.set()  # the error that ends it is then not shown
+            status = lambda: str(app.query_one("#status").render())  # noqa: E731
+            await wait_until(pilot, lambda: "measuring batch invariance" in status(), 10, "the probe's stage")
+            assert "bit for bit" in status() and "exact" in status(), status()
+            release.set()
+            await wait_until(pilot, lambda: not app.loading, 10, "the load to end")
+
+    run(body())

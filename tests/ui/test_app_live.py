@@ -639,6 +639,21 @@ def test_f4_turns_speculation_off_and_on_again(speculator) -> None:
     run(body())
 
 
+def test_f3_says_which_settings_the_draft_model_runs_with(speculator) -> None:
+    """The default pair's draft is another file: it runs with flash attention "auto", its own
+    default, and F3 says so beside the target's (a self-pair would run with the target's)."""
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(), speculator=speculator)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f3")
+            screen = await wait_for_screen(pilot, app, TuneScreen, 10)
+            said = str(screen.query_one("#tune-draft").render())
+            assert said.startswith("draft model runs with its own: flash_attn auto (target off), repack off"), said
+
+    run(body())
+
+
 def test_ctrl_n_clears_the_chat_and_the_next_reply_starts_from_empty_caches(speculator) -> None:
     async def body() -> None:
         # history off: with it on the chat is kept there, and Ctrl+N asks nothing

@@ -83,6 +83,14 @@ def test_a_reply_from_the_engine_process_tunes_stops_and_quits(speculator) -> No
             alone = _in_process(speculator, app.transcript.engine_messages()[:-1], 16)
             assert fin.reason == alone.reason and fin.token_ids == alone.token_ids and fin.text == alone.text
             assert spec.n_past == fin.n_past  # the snapshot followed the reply
+            # the input counted by the child, as one types (ui/context_fit.py)
+            app.prompt.load_text("Name a fruit.")
+            size = speculator.count_tokens(
+                [*app.transcript.engine_messages(), {"role": "user", "content": "Name a fruit."}]
+            )
+            want = f"{size.n_message} tok · context {size.n_prompt}/4,096"
+            await wait_until(pilot, lambda: str(app.prompt.border_subtitle).startswith(want), 10, f"the count {want}")
+            app.prompt.clear()
 
             # F3 mid-reply: k and temperature from the next step on
             spec.update(n_draft=4, source="model")

@@ -17,7 +17,7 @@ MIXINS = [c for c in SkippyApp.__mro__[1:] if c.__module__.startswith("skippy_tu
 
 def test_the_app_is_made_of_one_mixin_per_job() -> None:
     assert {c.__module__.rsplit(".", 1)[1] for c in MIXINS} == {
-        "generation", "loading", "files", "replies", "tuning", "layout", "status",
+        "generation", "context_fit", "loading", "files", "replies", "tuning", "layout", "status",
     }  # fmt: skip
 
 

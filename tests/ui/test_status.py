@@ -121,6 +121,16 @@ def test_the_status_names_the_source_in_force_and_how_a_hybrid_target_rolls_back
     assert "spec off (state too large to roll back)" in text and "recurrent model" not in text
 
 
+def test_while_loading_it_says_the_stage_and_why_and_narrows_to_what() -> None:
+    from skippy_tui.engine.loader import PROBE_STAGE
+
+    st = _state(loading=True, load_stage=PROBE_STAGE)
+    assert _line(st) == PROBE_STAGE and "exact" in PROBE_STAGE  # what is measured, and why
+    assert _line(st, 60) == "measuring batch invariance"
+    assert _line(st, 20) == "loading models…"
+    assert _line(_state(loading=True, load_stage="loading target SmolLM2 Q4_1")) == "loading target SmolLM2 Q4_1"
+
+
 def test_the_status_shows_the_profile_in_force_and_whether_replies_are_bit_exact() -> None:
     """Issue 56: auto (the default) says when this build certifies no verify batch: one batch,
     not bit-exact; that field outlasts the backend and the model names on a narrow bar."""
