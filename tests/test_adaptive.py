@@ -124,6 +124,14 @@ def test_verify_costs_price_a_batch_over_the_exact_chunk_as_its_chunks():
     rows = VerifyCosts(chunk=1)
     rows.add(1, 20.0)
     assert rows.at(5) == pytest.approx(100.0) and rows.at(1) == pytest.approx(20.0)
+    # only chunked batches measured (a fixed k, no plain step): one decode is their share
+    fixed = VerifyCosts(chunk=1)
+    fixed.add(4, 80.0)
+    assert fixed.at(1) == pytest.approx(20.0) and fixed.at(4) == pytest.approx(80.0)
+    assert fixed.at(6) == pytest.approx(120.0)
+    sevens = VerifyCosts(chunk=7)
+    sevens.add(9, 30.0)  # two decodes: 15 ms a chunk, the only estimate up to 7 rows
+    assert sevens.at(7) == pytest.approx(15.0) and sevens.at(9) == pytest.approx(30.0)
     # one batch (no chunk): the prior slope, a batch costing little more than a row
     one = VerifyCosts()
     one.add(1, 20.0)

@@ -146,10 +146,17 @@ class VerifyCosts:
         return v_lo + (v_hi - v_lo) * (batch - lo)
 
     def _within(self, pts: list[tuple[int, float]]) -> list[tuple[int, float]]:
-        """The points one decode measured (sizes up to :attr:`chunk`), or all where none is."""
-        if self.chunk is None:
+        """The points one decode measured (sizes up to :attr:`chunk`). Where only longer,
+        chunked batches were measured (a fixed k verified row by row takes no plain step),
+        a chunk's cost is their time over their decodes."""
+        chunk = self.chunk
+        if chunk is None:
             return pts
-        return [p for p in pts if p[0] <= self.chunk] or pts
+        single = [p for p in pts if p[0] <= chunk]
+        if single:
+            return single
+        per_chunk = [v / -(-b // chunk) for b, v in pts]  # ceil(b / chunk) decodes each
+        return [(chunk, sum(per_chunk) / len(per_chunk))]
 
     def _whole(self, pts: list[tuple[int, float]], batch: int) -> float:
         """A whole batch size's ms: measured, else one decode's up to :attr:`chunk`, else its chunks'."""
