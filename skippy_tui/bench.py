@@ -164,8 +164,8 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
     )  # fmt: skip
     b.add_argument(
         "--profiles", action="store_true", default=False,
-        help="the exact and fast profiles side by side instead: tokens/s plain and speculative, "
-        "replies differing from plain and the target's top-2 logit margin there",
+        help="the exact, auto and fast profiles side by side instead: tokens/s plain and speculative, "
+        "replies differing from plain (per prompt) and the target's top-2 logit margin there",
     )  # fmt: skip
     b.add_argument(
         "--control", action="store_true", default=False,
@@ -373,8 +373,9 @@ def identity_sources(speculator: Any) -> tuple[str, ...]:
 
 def _meta(speculator: Any, spec: Any, gen: Any, prompts: Sequence[BenchPrompt], ks: Sequence[int]) -> dict[str, Any]:
     """What ran where: models (and how the target drops rejected rows), threads, context,
-    lengths; how verification stays exact."""
-    inv = speculator.invariance
+    lengths; how verification stays exact (or why it is not bit-exact)."""
+    from .engine.exactness import verify_label
+
     return {
         **models_meta(speculator),
         "threads": _threads(spec.target.load.threads),
@@ -385,7 +386,7 @@ def _meta(speculator: Any, spec: Any, gen: Any, prompts: Sequence[BenchPrompt], 
         "ks": list(ks),
         "n_draft_max": spec.speculation.n_draft_max,
         "prompts": {p.name: {"kind": p.kind, "max_tokens": prompt_tokens_cap(gen, p)} for p in prompts},
-        "verify": inv.label() if inv is not None else "not checked (exact = false): same-seed identity is approximate",
+        "verify": verify_label(speculator),
         "cpus": _cpus(),
         "machine": provenance(),
     }

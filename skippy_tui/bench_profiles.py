@@ -1,18 +1,21 @@
-"""``skippy-tui bench --profiles``: the exact and fast profiles side by side.
+"""``skippy-tui bench --profiles``: the exact, auto and fast profiles side by side.
 
-Both profiles are loaded at once (the same files, two load settings) and run
+The profiles are loaded at once (the same files, their own load settings) and run
 the same prompts, plain and with the configured speculation (the default:
 ``n_draft = "auto"``, ``source = "auto"``), with the same seed per repeat and
 the order rotated per repeat, so each sees the machine in the same state.
+``auto`` loads as ``exact`` does and differs only where the build certifies no
+verify batch of 2 rows (:mod:`.engine.exactness`): where it verifies as ``exact``
+it is not run twice.
 
 Per profile it reports the medians of plain and speculative tokens/s, and how
 many speculative replies differed from the *same profile's* plain reply with
-the same seed. For each difference it gives the margin between the target's
-top two logits at the first differing position (from a fresh decode of the
-plain reply's prefix): ``exact`` verifies in batches proven bit-identical to
-single rows, so it should show none; ``fast`` (flash attention, repacking,
-one verify batch) trades that for speed, and the margins say how close a call
-each difference was.
+the same seed, in all and per prompt. For each difference it gives the margin
+between the target's top two logits at the first differing position (from a
+fresh decode of the plain reply's prefix): ``exact`` verifies in batches proven
+bit-identical to single rows, so it should show none; ``auto`` on a build without
+certified batches and ``fast`` (flash attention, repacking, one verify batch)
+trade that for speed, and the margins say how close a call each difference was.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from .bench_core import (
 )
 from .engine.chat import prompt_tokens
 
-PROFILE_NAMES = ("exact", "fast")
+PROFILE_NAMES = ("exact", "auto", "fast")
 
 
 @dataclass
@@ -51,6 +54,7 @@ class ProfileCell:
     spec_tps: list[float] = field(default_factory=list)
     replies: int = 0
     differing: list[dict[str, Any]] = field(default_factory=list)
+    replies_by_prompt: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         plain = statistics.median(self.plain_tps) if self.plain_tps else None
@@ -62,7 +66,17 @@ class ProfileCell:
             "replies": self.replies,
             "differing_from_plain": len(self.differing),
             "differences": self.differing,
+            "per_prompt": self.per_prompt(),
         }
+
+    def per_prompt(self) -> dict[str, dict[str, Any]]:
+        """Per prompt: its replies, how many differed from plain, and the top-2 logit margin
+        at each one's first difference."""
+        out: dict[str, dict[str, Any]] = {}
+        for name, n in self.replies_by_prompt.items():
+            margins = [d["top2_logit_margin"] for d in self.differing if d["prompt"] == name]
+            out[name] = {"replies": n, "differing_from_plain": len(margins), "top2_logit_margins": margins}
+        return out
 
 
 def top2_margin(speculator: Any, messages: list[dict[str, str]], reply: Sequence[int], i: int) -> float:
@@ -125,6 +139,7 @@ def run_profiles(
                 cell.plain_tps.append(plain.tokens_per_second)
                 cell.spec_tps.append(spec.tokens_per_second)
                 cell.replies += 1
+                cell.replies_by_prompt[prompt.name] = cell.replies_by_prompt.get(prompt.name, 0) + 1
                 i = first_difference(plain.token_ids, spec.token_ids)
                 if i is not None:
                     messages = messages_for(prompt.text, system)
@@ -134,18 +149,19 @@ def run_profiles(
                     )
                 if progress is not None:
                     progress.update(f"{prompt.name} {name}")
-    out = {name: cell.summary() for name, cell in cells.items()}
-    if "exact" in out and "fast" in out:
-        e, f = out["exact"], out["fast"]
-        out["fast_over_exact"] = {
-            "plain": ratio(f["plain_tokens_per_second"], e["plain_tokens_per_second"]),
-            "speculative": ratio(f["speculative_tokens_per_second"], e["speculative_tokens_per_second"]),
-        }
+    out: dict[str, Any] = {name: cell.summary() for name, cell in cells.items()}
+    for name in ("auto", "fast"):
+        if "exact" in out and name in out:
+            e, o = out["exact"], out[name]
+            out[f"{name}_over_exact"] = {
+                "plain": ratio(o["plain_tokens_per_second"], e["plain_tokens_per_second"]),
+                "speculative": ratio(o["speculative_tokens_per_second"], e["speculative_tokens_per_second"]),
+            }
     return out
 
 
 def render_profiles(report: dict[str, Any]) -> str:
-    """The profiles table as text."""
+    """The profiles table as text, then the differences per prompt."""
     meta, prof = report["meta"], report["profiles"]
     spec = meta["speculation"]
     lines = [
@@ -169,47 +185,85 @@ def render_profiles(report: dict[str, Any]) -> str:
             f"{name:<8} {plain:>12} {spec_tps:>11} {fmt(c['speedup'], '.2f') + '×':>8}"
             f"  {c['differing_from_plain']:>3}/{c['replies']:<17} {margins or '-'}"
         )
-    fe = prof.get("fast_over_exact")
-    if fe:
-        lines.append("")
-        lines.append(
-            f"fast / exact: plain {fmt(fe['plain'], '.2f')}×, speculative {fmt(fe['speculative'], '.2f')}× "
-            f"(load {meta['loadavg_1min'][0]} → {meta['loadavg_1min'][1]}, {meta['seconds']} s)"
-        )
+    for name, why in meta.get("not_run", {}).items():
+        lines.append(f"{name:<8} not run apart: {why}")
+    lines += ["", *_per_prompt_lines(prof)]
+    for name in ("auto", "fast"):
+        ratios = prof.get(f"{name}_over_exact")
+        if ratios:
+            plain, spec_ratio = fmt(ratios["plain"], ".2f"), fmt(ratios["speculative"], ".2f")
+            lines.append(f"{name} / exact: plain {plain}×, speculative {spec_ratio}×")
+    lines.append(f"(load {meta['loadavg_1min'][0]} → {meta['loadavg_1min'][1]}, {meta['seconds']} s)")
+    lines += ["", *(f"verify, {name}: {label}" for name, label in meta["verify"].items())]
     return "\n".join(lines)
 
 
-def load_profiles(cfg: Any, load: Callable[[Any], Any]) -> dict[str, Any]:
+def _per_prompt_lines(prof: dict[str, Any]) -> list[str]:
+    """Per prompt and profile: replies differing from plain, with the top-2 logit margin at
+    each first difference (``1/3 (0.012)``)."""
+    names = [n for n in PROFILE_NAMES if n in prof]
+    prompts = list(dict.fromkeys(p for n in names for p in prof[n].get("per_prompt", {})))
+    if not names or not prompts:
+        return []
+    width = max(len(p) for p in prompts) + 2
+    lines = [
+        "replies differing from plain, per prompt (top-2 logit margin at each first difference):",
+        f"{'prompt':<{width}}" + "".join(f"{n:<22}" for n in names).rstrip(),
+    ]
+    for p in prompts:
+        cells = []
+        for n in names:
+            c = prof[n]["per_prompt"].get(p)
+            if c is None:
+                cells.append(f"{'-':<22}")
+                continue
+            m = ", ".join("?" if x is None else f"{x:g}" for x in c["top2_logit_margins"])
+            cells.append(f"{c['differing_from_plain']}/{c['replies']}{f' ({m})' if m else ''}".ljust(22))
+        lines.append((f"{p:<{width}}" + "".join(cells)).rstrip())
+    return [*lines, ""]
+
+
+def load_profiles(cfg: Any, load: Callable[[Any], Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """One speculator per profile from the same config (``load(engine_spec)`` loads one);
-    speculation on. Anything loaded is closed if a later load fails."""
+    speculation on. ``auto`` verifying as ``exact`` does (a build that certifies batches)
+    is closed again: it would measure ``exact`` twice. Returns the speculators and, per
+    profile left out, why. Anything loaded is closed if a later load fails."""
+    from .engine.exactness import plan_of
+
     out: dict[str, Any] = {}
+    left_out: dict[str, str] = {}
     try:
         for name in PROFILE_NAMES:
             cfg.set("speculation", "profile", name)
             spec = cfg.engine_spec()
             spec = dataclasses.replace(spec, speculation=dataclasses.replace(spec.speculation, enabled=True))
             out[name] = load(spec)
+            plan = plan_of(out[name])
+            if name == "auto" and "exact" in out and plan is not None and plan == plan_of(out["exact"]):
+                out.pop(name).close()
+                left_out[name] = f"this build certifies verify batches, so it verifies as exact does ({plan.short()})"
     except BaseException:
         for s in out.values():
             s.close()
         raise
-    return out
+    return out, left_out
 
 
 def cmd_profiles(
     args: Any, cfg: Any, gen: Any, prompts: Sequence[BenchPrompt], base_seed: int, load_progress: Callable[[], Any]
 ) -> dict[str, Any]:
-    """``bench --profiles``: load both profiles, run, and return the report (``meta`` included).
+    """``bench --profiles``: load the profiles, run, and return the report (``meta`` included).
 
     ``load_progress()`` makes a fresh loading-progress reporter for each load.
     """
     import time
     from pathlib import Path
 
+    from .engine.exactness import verify_label
     from .engine.loader import load_speculator
 
     quiet = args.no_progress
-    speculators = load_profiles(
+    speculators, not_run = load_profiles(
         cfg, lambda spec: load_speculator(spec, (lambda s, f: None) if quiet else load_progress())
     )
     try:
@@ -233,9 +287,8 @@ def cmd_profiles(
             "max_tokens": gen.max_tokens,
             "repeats": args.repeats,
             "prompts": [p.name for p in prompts],
-            "verify": {
-                n: (s.invariance.label() if s.invariance else "one batch, unchecked") for n, s in speculators.items()
-            },
+            "verify": {n: verify_label(s) for n, s in speculators.items()},
+            "not_run": not_run,
             "seconds": round(time.perf_counter() - t0, 1),
             "loadavg_1min": [load_before, loadavg()],
         }

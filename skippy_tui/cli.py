@@ -95,6 +95,20 @@ class TraceOut:
         self.err.write(text + "\n")
 
 
+def verify_line(speculator: Any, trace: bool) -> str:
+    """How verification relates to plain decoding (``verify: …``), or ``""``: always with
+    ``--trace``; without it where the user must know (a build that certifies no verify
+    batch: ``auto`` verifies in one batch, not bit-exact; ``exact`` goes row by row)."""
+    from .engine.exactness import plan_of
+
+    plan = plan_of(speculator) if speculator.speculation.enabled else None
+    if plan is None:
+        return ""
+    inv = speculator.invariance
+    uncertified = plan.checked and (not plan.exact or (inv is not None and bool(inv.note)))
+    return f"verify: {plan.label(inv)}" if trace or uncertified else ""
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .engine.chat import ChatTemplate, prompt_tokens
     from .engine.loader import load_speculator
@@ -124,16 +138,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"note: {speculator.load_note}\n")
     if speculator.no_rollback:
         sys.stderr.write(f"note: {speculator.no_rollback}\n")
-    inv = speculator.invariance
-    if inv is not None and (args.trace or (inv.note and speculator.speculation.enabled)):
-        sys.stderr.write(f"verify: {inv.label()}\n")
-    elif inv is None and args.trace and speculator.speculation.enabled:
-        fast = speculator.speculation.profile == "fast"
-        why = "profile fast: flash attention and repacking on" if fast else "exact = false"
-        sys.stderr.write(
-            f"verify: one batch, not checked for exactness ({why}): "
-            "replies match plain decoding with the same seed only approximately\n"
-        )
+    if line := verify_line(speculator, args.trace):
+        sys.stderr.write(line + "\n")
     cancel = threading.Event()
     finish = None
     out = sys.stdout

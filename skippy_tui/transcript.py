@@ -38,6 +38,7 @@ from typing import Any
 
 from .engine.errors import SkippyError
 from .engine.events import Event, ReplyFinished, ReplyStarted, Rollback, StepVerified, TextSpan, event_from_dict
+from .engine.exactness import NOT_BIT_EXACT
 from .engine.jsoncache import atomic_write_text, exclusive_write_text, remove_stale_temps
 from .engine.labels import model_label
 from .engine.sampling import SamplingParams
@@ -245,6 +246,7 @@ class Transcript:
         if self.system_prompt:
             lines += ["", "## System", "", self.system_prompt]
         pair = self.models
+        verify = "exact"  # said only where a reply's verification stops (or starts again) being bit-exact
         for e in self.entries:
             if e.role == "system":  # changed here: the turns above were sent with the one before
                 lines += ["", "## System (changed)", "", e.content or "_(cleared)_"]
@@ -258,6 +260,10 @@ class Transcript:
                 sampling = sampling_summary(e)
                 if sampling:
                     lines += [">", f"> {sampling}"]
+                said = e.started.verify if e.started is not None else ""
+                if said and said.startswith("exact") != verify.startswith("exact"):
+                    lines += [">", f"> verify: {verify_text(said)}"]
+                    verify = said
             if e.models is not None:
                 if models_label(e.models) != models_label(pair):  # another pair from this reply on
                     lines += [">", f"> models: {models_label(e.models)}"]
@@ -531,6 +537,15 @@ def settings_at(started: ReplyStarted | None, steps: list[StepVerified], index: 
         if st.sampling is not None:
             return st.sampling
     return dict(started.sampling) if started is not None else {}
+
+
+def verify_text(verify: str) -> str:
+    """A reply's recorded ``verify`` (:attr:`ReplyStarted.verify`) in a reader's words."""
+    if verify == "not bit-exact":
+        return "one batch: " + NOT_BIT_EXACT
+    if verify == "not exact":
+        return "one batch, not checked for exactness: replies match plain decoding only approximately"
+    return f"{verify}: replies equal plain decoding token for token"
 
 
 def sampling_summary(entry: Entry) -> str:

@@ -108,6 +108,36 @@ def test_verify_costs_interpolate_and_extrapolate():
     assert v.at(9) == pytest.approx(26.0)  # slope of the last two
 
 
+def test_verify_costs_price_a_batch_over_the_exact_chunk_as_its_chunks():
+    """Exact verification splits a batch longer than the certified chunk into decodes of their
+    own: an unmeasured size above it costs its chunks, not a line through the sizes below."""
+    v = VerifyCosts(chunk=4)
+    for b, ms in {1: 10.0, 2: 11.0, 3: 12.0, 4: 13.0}.items():
+        v.add(b, ms)
+    assert v.at(3) == pytest.approx(12.0)
+    assert v.at(5) == pytest.approx(13.0 + 10.0)  # a chunk of 4, then one row
+    assert v.at(9) == pytest.approx(13.0 + 13.0 + 10.0)
+    assert v.at(5.5) == pytest.approx((23.0 + 24.0) / 2)  # an expected size: between its whole neighbours
+    v.add(5, 30.0)  # measured: what the steps took wins
+    assert v.at(5) == pytest.approx(30.0)
+    # row by row (chunk 1): each row a decode, from one measured size
+    rows = VerifyCosts(chunk=1)
+    rows.add(1, 20.0)
+    assert rows.at(5) == pytest.approx(100.0) and rows.at(1) == pytest.approx(20.0)
+    # only chunked batches measured (a fixed k, no plain step): one decode is their share
+    fixed = VerifyCosts(chunk=1)
+    fixed.add(4, 80.0)
+    assert fixed.at(1) == pytest.approx(20.0) and fixed.at(4) == pytest.approx(80.0)
+    assert fixed.at(6) == pytest.approx(120.0)
+    sevens = VerifyCosts(chunk=7)
+    sevens.add(9, 30.0)  # two decodes: 15 ms a chunk, the only estimate up to 7 rows
+    assert sevens.at(7) == pytest.approx(15.0) and sevens.at(9) == pytest.approx(30.0)
+    # one batch (no chunk): the prior slope, a batch costing little more than a row
+    one = VerifyCosts()
+    one.add(1, 20.0)
+    assert one.at(5) == pytest.approx(20.0 * (1 + 0.1 * 4))
+
+
 def test_verify_costs_never_fall_with_the_batch_size():
     """One noisy sample per size (the probe's) must not make a longer batch look cheaper."""
     v = VerifyCosts()

@@ -623,3 +623,74 @@ def test_rollbacks_are_summarised_by_kind_beside_their_verify():
     line = "    k=2  snapshot     3 steps  0.400 ms  dropped 2.0 redecoded 0.0  verify 10.00 ms of 3.0 rows  = 5.00%"
     assert line in text
     assert "a snapshot rollback <= 10% of its step's verify: met  5.00% (median over 3 steps)" in text
+
+
+def test_profiles_on_a_build_without_certified_batches_report_each_prompts_differences(capsys, monkeypatch):
+    """Issue 56 item 2: with a build that certifies no verify batch (system_info says LLAMAFILE),
+    auto verifies in one batch, exact row by row, and the report gives, per profile and prompt,
+    how many replies differed from plain and the top-2 logit margin at each first difference."""
+    import skippy_tui.engine.invariance as inv_mod
+    from skippy_tui.engine.native_devices import system_info
+
+    monkeypatch.setattr(inv_mod, "system_info", lambda: system_info() + " LLAMAFILE = 1 |")
+    rc = main(["bench", "--profiles", "--prompts", "chat,rewrite-replace", "--repeats", "1", "--max-tokens", "12",
+               "--json", "--no-progress", "--no-warmup"])  # fmt: skip
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out)
+    prof, meta = report["profiles"], report["meta"]
+    assert {"exact", "auto", "fast"} <= set(prof) and meta["not_run"] == {}
+    assert "row by row" in meta["verify"]["exact"] and "not bit-exact on this build" in meta["verify"]["auto"]
+    for name in ("exact", "auto", "fast"):
+        per_prompt = prof[name]["per_prompt"]
+        assert set(per_prompt) == {"chat", "rewrite-replace"}, name
+        for cell in per_prompt.values():
+            assert cell["replies"] == 1 and cell["differing_from_plain"] == len(cell["top2_logit_margins"])
+        assert sum(c["differing_from_plain"] for c in per_prompt.values()) == prof[name]["differing_from_plain"]
+    assert prof["exact"]["differing_from_plain"] == 0  # row by row is plain decoding
+    assert "auto_over_exact" in prof and "fast_over_exact" in prof
+
+
+def test_profiles_text_lists_differences_per_prompt_and_a_profile_not_run():
+    from skippy_tui.bench_profiles import render_profiles
+
+    def cell(per_prompt: dict) -> dict:
+        diffs = [
+            {"prompt": p, "seed": 1, "index": 3, "top2_logit_margin": m}
+            for p, c in per_prompt.items()
+            for m in c["top2_logit_margins"]
+        ]
+        return {
+            "plain_tokens_per_second": 40.0, "speculative_tokens_per_second": 50.0, "speedup": 1.25,
+            "replies": sum(c["replies"] for c in per_prompt.values()), "differing_from_plain": len(diffs),
+            "differences": diffs, "per_prompt": per_prompt,
+        }  # fmt: skip
+
+    same = {"replies": 2, "differing_from_plain": 0, "top2_logit_margins": []}
+    report = {
+        "seed": 1,
+        "profiles": {
+            "exact": cell({"chat": same, "code": same}),
+            "fast": cell(
+                {"chat": {"replies": 2, "differing_from_plain": 1, "top2_logit_margins": [0.0123]}, "code": same}
+            ),
+        },
+        "meta": {
+            "target": "t.gguf",
+            "draft": None,
+            "speculation": {"n_draft": "auto", "source": "auto"},
+            "sampling_label": "greedy",
+            "repeats": 2,
+            "prompts": ["chat", "code"],
+            "seconds": 1.0,
+            "loadavg_1min": [1.0, 1.0],
+            "verify": {"exact": "exact in chunks of 7", "fast": "one batch"},
+            "not_run": {"auto": "this build certifies verify batches, so it verifies as exact does (exact ≤7 rows)"},
+        },
+    }
+    text = render_profiles(report)
+    assert "auto     not run apart: this build certifies verify batches" in text
+    lines = text.splitlines()
+    chat = next(ln for ln in lines if ln.startswith("chat "))
+    assert chat.split() == ["chat", "0/2", "1/2", "(0.0123)"]
+    assert next(ln for ln in lines if ln.startswith("code ")).split() == ["code", "0/2", "0/2"]
+    assert "verify, exact: exact in chunks of 7" in text

@@ -11,14 +11,16 @@ from pathlib import Path
 import pytest
 
 
-def cli(*args: str, stdin: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, stdin: str | None = None, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "skippy_tui", *args],
         capture_output=True,
         text=True,
         input=stdin,
         timeout=timeout,
-        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+        env={**os.environ, "PYTHONIOENCODING": "utf-8", **(env or {})},
     )
 
 
@@ -72,6 +74,42 @@ def test_plain_and_speculative_cli_agree() -> None:
     # not plain against plain: verify batches of several rows, not split into single rows
     rows = [len(json.loads(ln)["proposed"]) + 1 for ln in b.stdout.splitlines()[1:-1]]
     assert max(rows) >= 5 and "row by row" not in b.stderr
+
+
+def test_a_probe_that_certifies_nothing_makes_auto_verify_in_one_batch_and_run_says_so(
+    smollm2_f32: Path, smollm2_q4_1: Path, tmp_path: Path
+) -> None:
+    """Issue 56 on the real pair: a probe verdict of 1 row, forced through its disk cache (as a
+    build whose batched rows differ would give it), under the default profile: ``run`` says in
+    words that replies are not bit-exact, every reply records it, and verification is one
+    batch of k + 1 rows; ``--profile exact`` goes row by row instead."""
+    from skippy_tui.engine.exactness import NOT_BIT_EXACT
+
+    env_cache = {"SKIPPY_TUI_CACHE_DIR": str(tmp_path)}
+    pair = ("--target", str(smollm2_f32), "--draft", str(smollm2_q4_1), "--max-tokens", "24", "--n-draft", "4")
+    prompt = "List three fruits that are red."
+    first = cli("run", prompt, *pair, env=env_cache)  # probes, and caches the verdict
+    assert first.returncode == 0 and "verify:" not in first.stderr, first.stderr  # certified here: nothing to say
+    entries = list((tmp_path / "invariance").glob("*.json"))
+    assert entries, "the probe left no cache entry"
+    for entry in entries:
+        data = json.loads(entry.read_text())
+        entry.write_text(json.dumps({**data, "rows": 1, "max_diff": 0.25}))
+    r = cli("run", prompt, *pair, "--json", env=env_cache)
+    assert r.returncode == 0, r.stderr
+    verify = [ln for ln in r.stderr.splitlines() if ln.startswith("verify: ")]
+    assert verify == [
+        f"verify: one batch: {NOT_BIT_EXACT} (a batch of 2 rows differs from single rows by up to 0.25 in a logit)"
+    ], r.stderr
+    events = [json.loads(ln) for ln in r.stdout.splitlines()]
+    assert events[0]["verify"] == "not bit-exact"
+    assert max(len(e["proposed"]) + 1 for e in events if e["type"] == "step") == 5
+    exact = cli("run", prompt, *pair, "--json", "--profile", "exact", "--trace", env=env_cache)
+    assert exact.returncode == 0, exact.stderr
+    assert "verify: exact in chunks of 1" in exact.stderr
+    assert json.loads(exact.stdout.splitlines()[0])["verify"] == "exact ≤1 row"
+    # this build is batch-invariant in truth, so both replies are plain decoding's
+    assert json.loads(r.stdout.splitlines()[-1])["token_ids"] == json.loads(exact.stdout.splitlines()[-1])["token_ids"]
 
 
 @pytest.mark.parametrize(

@@ -123,16 +123,23 @@ def test_the_fast_profile_turns_on_flash_attention_and_repacking_unless_set(tmp_
     spec = load_config(cfg_file).engine_spec()
     assert not spec.target.load.repack and spec.target.load.flash_attn == "auto"
     assert spec.draft is not None and spec.draft.load.flash_attn == "off" and not spec.draft.load.repack
-    # the default profile changes nothing
-    spec = Config().engine_spec()
-    assert spec.speculation.profile == "exact" and spec.speculation.exact
-    assert spec.target.load.flash_attn == "off" and not spec.target.load.repack
+    # the default profile (auto) and exact load as before: the probe needs the batch-invariant settings
+    for cfg in (Config(), load_config(_written(cfg_file, '[speculation]\nprofile = "exact"\n'))):
+        spec = cfg.engine_spec()
+        assert spec.speculation.profile in ("auto", "exact") and spec.speculation.exact
+        assert spec.target.load.flash_attn == "off" and not spec.target.load.repack
+    assert Config().engine_spec().speculation.profile == "auto"
+
+
+def _written(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
 
 
 def test_a_bad_profile_is_refused_with_its_choices(tmp_path: Path) -> None:
     cfg_file = tmp_path / "c.toml"
     cfg_file.write_text('[speculation]\nprofile = "turbo"\n')
-    with pytest.raises(ConfigError, match=r"profile.*turbo.*exact, fast"):
+    with pytest.raises(ConfigError, match=r"profile.*turbo.*auto, exact, fast"):
         load_config(cfg_file).engine_spec()
 
 

@@ -744,3 +744,28 @@ def test_a_self_pair_drafts_with_the_target_s_kernels_and_accepts_every_token(
                 assert plain.finish.token_ids == run.finish.token_ids
     finally:
         s.close()
+
+
+def test_a_model_says_where_its_layers_run(smollm2_q4_1: Path, monkeypatch) -> None:
+    """Issue 56 item 4: the status bar's placement per model, from the devices llama.cpp is given
+    and n_gpu_layers; on a CPU build everything runs on the CPU whatever n_gpu_layers says."""
+    import skippy_tui.engine.native as native
+    from skippy_tui.engine.native_devices import accelerator_names
+    from skippy_tui.engine.rpc import devices_label, placements
+
+    with Model(smollm2_q4_1, LoadParams(n_gpu_layers=-1)) as m:
+        assert m.placement == ("+".join(accelerator_names()) or "CPU")
+    with Model(smollm2_q4_1, LoadParams(device="CPU")) as m:
+        assert m.placement == "CPU"
+    # a GPU build (the device list llama.cpp would get is the local accelerators)
+    monkeypatch.setattr(native, "accelerator_names", lambda: ["CUDA0"])
+    with (
+        Model(smollm2_q4_1, LoadParams(n_gpu_layers=-1)) as gpu,
+        Model(smollm2_q4_1, LoadParams(n_gpu_layers=10)) as part,
+    ):
+        assert (gpu.placement, part.placement) == ("CUDA0", "CUDA0+CPU")
+        from types import SimpleNamespace
+
+        pair = SimpleNamespace(target=gpu, draft_cache=SimpleNamespace(ctx=SimpleNamespace(model=part)))
+        assert placements(pair) == [("target", "CUDA0"), ("draft", "CUDA0+CPU")]
+        assert devices_label(pair) == "target CUDA0 · draft CUDA0+CPU"

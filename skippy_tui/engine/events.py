@@ -132,7 +132,12 @@ class ReplyStarted(Event):
     ``draft_prefill_ms``). ``sampling``: the settings the reply starts with —
     temperature, top_k, top_p, min_p, the penalties, ``sampler``, ``seed`` (the
     resolved seed) and ``seed_fixed`` (False when it was drawn for this reply).
-    ``p_min``: the draft's stopping probability at the start.
+    ``p_min``: the draft's stopping probability at the start. ``verify``: how its verify
+    batches relate to plain decoding (:meth:`.exactness.VerifyPlan.short`): ``exact ≤7
+    rows`` or ``exact`` (bit-identical rows: a greedy reply is plain decoding's token
+    for token), ``not bit-exact`` (one batch on a build that certifies none) or ``not
+    exact`` (one batch, unchecked: ``profile = "fast"``, ``exact = false``); ``""`` for a
+    reply that does not speculate (and in files written before it was recorded).
     """
 
     type: ClassVar[str] = "reply_started"
@@ -148,6 +153,7 @@ class ReplyStarted(Event):
     draft_sync: SyncInfo = field(default_factory=lambda: SyncInfo("none"))
     draft_prefill_ms: float = 0.0
     p_min: float = 0.0
+    verify: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,10 +39,17 @@ class VerifyCosts:
     last two (``prior_slope`` x the smallest measured cost per row when only one
     size is known). Shared by the policies of different draft sources: it is a
     property of the target and the machine.
+
+    ``chunk``: the most rows one verify decode takes (exact verification splits a
+    longer batch, :mod:`.exactness`), or ``None`` for one decode per batch. A size
+    above it that was never measured costs what its chunks cost, each one a decode of
+    its own: a line through the sizes up to it would price the extra decodes at one
+    row's share each, and make long proposals look cheap.
     """
 
-    def __init__(self, prior_slope: float = 0.1) -> None:
+    def __init__(self, prior_slope: float = 0.1, chunk: int | None = None) -> None:
         self.prior_slope = prior_slope
+        self.chunk = chunk
         self._by_size: dict[int, Recent] = {}
         # this step's verify time over the table's, recent steps of any policy: the table
         # holds times divided by it, so the policies sharing the table must share it too
@@ -131,6 +138,38 @@ class VerifyCosts:
         pts = self.points()
         if not pts:
             return None
+        chunk = self.chunk
+        if chunk is None or batch <= chunk:
+            return self._line(self._within(pts), batch)
+        lo, hi = int(batch), int(batch) + 1  # an expected size between two whole ones: between their costs
+        v_lo, v_hi = self._whole(pts, lo), self._whole(pts, hi)
+        return v_lo + (v_hi - v_lo) * (batch - lo)
+
+    def _within(self, pts: list[tuple[int, float]]) -> list[tuple[int, float]]:
+        """The points one decode measured (sizes up to :attr:`chunk`). Where only longer,
+        chunked batches were measured (a fixed k verified row by row takes no plain step),
+        a chunk's cost is their time over their decodes."""
+        chunk = self.chunk
+        if chunk is None:
+            return pts
+        single = [p for p in pts if p[0] <= chunk]
+        if single:
+            return single
+        per_chunk = [v / -(-b // chunk) for b, v in pts]  # ceil(b / chunk) decodes each
+        return [(chunk, sum(per_chunk) / len(per_chunk))]
+
+    def _whole(self, pts: list[tuple[int, float]], batch: int) -> float:
+        """A whole batch size's ms: measured, else one decode's up to :attr:`chunk`, else its chunks'."""
+        for b, v in pts:
+            if b == batch:
+                return v
+        chunk = self.chunk or batch
+        single = self._within(pts)
+        full, rest = divmod(batch, chunk)
+        return full * self._line(single, chunk) + (self._line(single, rest) if rest else 0.0)
+
+    def _line(self, pts: list[tuple[int, float]], batch: float) -> float:
+        """Linear interpolation through ``pts``, extrapolated as :meth:`at` says."""
         if len(pts) == 1:
             # V(b) = c * (1 + prior_slope * (b - 1)) through the one measured point
             b0, v0 = pts[0]

@@ -23,7 +23,7 @@ from .arch import RollbackKind
 from .errors import ContextFullError, DecodeError, ModelFileError, SkippyError, StateError
 from .native_backend import clear_log, ensure_backend, recent_log
 from .native_backend import llama_cpp as _L
-from .native_devices import device_handle, local_accelerators
+from .native_devices import accelerator_names, device_handle, local_accelerators, placement
 from .native_sigint import deferred_sigint
 from .options import default
 
@@ -220,6 +220,8 @@ class Model:
         self.desc: str = buf.value.decode("utf-8", "replace")
         self.size_bytes: int = _L.llama_model_size(ptr)
         self.n_params: int = _L.llama_model_n_params(ptr)
+        # where its layers run (CPU, CUDA0, RPC0@host:port, …+CPU): the status bar says it per model
+        self.placement: str = placement(_device_names(params, self.remote_devices), params.n_gpu_layers, self.n_layer)
         self._piece_cache: dict[tuple[int, bool], bytes] = {}
         self._control: dict[int, bool] = {}
 
@@ -363,6 +365,14 @@ def _model_devices(params: LoadParams) -> tuple[list[int] | None, tuple[rpc.Remo
     if remote or rpc.registered():
         return [d.handle for d in remote] + local_accelerators(), remote
     return None, ()
+
+
+def _device_names(params: LoadParams, remote: tuple[rpc.RemoteDevice, ...]) -> list[str]:
+    """The names of the devices :func:`_model_devices` gives the model (remote ones as
+    ``RPC0@host:port``), in its order; llama.cpp's default list is the local accelerators."""
+    if params.device:  # one device: a server's (then the only remote one) or a local one
+        return [remote[0].label if remote else params.device]
+    return [d.label for d in remote] + accelerator_names()
 
 
 # -- context ---------------------------------------------------------------------------

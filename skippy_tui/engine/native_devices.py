@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,21 +109,46 @@ def local_accelerators() -> list[int]:
 
     RPC devices are left out: a model lists the ones of its own servers itself.
     """
+    return [handle for handle, _ in _local_accelerators()]
+
+
+def accelerator_names() -> list[str]:
+    """The names of :func:`local_accelerators` (``CUDA0``…), in the same order."""
+    return [name for _, name in _local_accelerators()]
+
+
+def _local_accelerators() -> list[tuple[int, str]]:
     ensure_backend()
     try:
         lib = _ggml()
     except OSError:
         return []
     base = lib._base  # type: ignore[attr-defined]
-    gpus: list[int] = []
-    igpus: list[int] = []
+    gpus: list[tuple[int, str]] = []
+    igpus: list[tuple[int, str]] = []
     for i in range(lib.ggml_backend_dev_count()):
         dev = lib.ggml_backend_dev_get(i)
-        if _is_remote((base.ggml_backend_dev_name(dev) or b"").decode()):
+        name = (base.ggml_backend_dev_name(dev) or b"").decode()
+        if _is_remote(name):
             continue
         kind = _DEV_TYPES.get(base.ggml_backend_dev_type(dev))
-        (gpus if kind == "GPU" else igpus if kind == "iGPU" else []).append(dev)
+        (gpus if kind == "GPU" else igpus if kind == "iGPU" else []).append((dev, name))
     return gpus or igpus
+
+
+def placement(devices: Sequence[str], n_gpu_layers: int, n_layer: int) -> str:
+    """Where a model's layers run, for the status bar: ``CPU``, ``CUDA0``, ``CUDA0+CUDA1``,
+    ``RPC0@host:port``, with ``+CPU`` when some layers stay on the CPU.
+
+    ``devices``: the model's device list in llama.cpp's order (a ``CPU`` entry is the CPU
+    itself). llama.cpp offloads ``n_gpu_layers`` of the ``n_layer + 1`` layers (the output
+    layer is one more; -1: all) to them, the rest run on the CPU.
+    """
+    offload = [d for d in devices if d.upper() != "CPU"]
+    if not offload or n_gpu_layers == 0:
+        return "CPU"
+    label = "+".join(offload)
+    return f"{label}+CPU" if 0 <= n_gpu_layers <= n_layer else label
 
 
 def device_handle(name: str) -> int:

@@ -54,7 +54,7 @@ KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0"
 SPLIT_MODES = ("none", "layer", "row")
 FLASH_ATTN = ("auto", "on", "off")
 DRAFT_SOURCES = ("auto", "model", "ngram", "ngram+model", "mtp")
-PROFILES = ("exact", "fast")
+PROFILES = ("auto", "exact", "fast")
 SAMPLERS = ("coupled", "rejection")
 MAX_DRAFT_TOKENS = 4096
 MAX_SEED = 2**63 - 1
@@ -112,9 +112,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("speculation", "source", "auto", "word", "what proposes: auto (per step, with --n-draft auto), the draft "
            "model, n-gram lookup, the target's MTP heads", words=DRAFT_SOURCES, flag="--draft-source"),
     Option("speculation", "exact", True, "bool", "verify in batches proven bit-identical to plain decoding"),
-    Option("speculation", "profile", "exact", "word", "exact (verify in batches proven bit-identical to plain "
-           "decoding) or fast (flash attention and repacking on, one verify batch: faster, replies may differ from "
-           "plain)", words=PROFILES, flag="--profile"),
+    Option("speculation", "profile", "auto", "word", "auto (exact where the build certifies verify batches of 2 "
+           "rows or more, else one batch, not bit-exact), exact (batches proven bit-identical to plain decoding, row "
+           "by row if need be) or fast (flash attention and repacking on, one verify batch: faster, replies may "
+           "differ from plain)", words=PROFILES, flag="--profile"),
     Option("sampling", "temperature", 0.0, "float", "0 = greedy", lo=0.0, hi=100.0, flag="--temperature",
            metavar="T"),
     Option("sampling", "top_k", 40, "int", "0 = off", lo=0, flag="--top-k", metavar="K"),

@@ -63,9 +63,9 @@ class ProcessSpeculator:
     Made by :func:`load_in_process`. ``run`` and ``forget`` are called from one
     worker thread; ``update``, ``abort`` and the attributes from any thread.
     ``target_info``, ``draft_info``, ``n_ctx``, ``no_rollback``, ``load_note``,
-    ``backend``, ``draft_settings``, ``model_drafter`` and ``mtp_drafter`` (:class:`~.wire.DrafterView`
-    or None) come with the load; ``n_past``, ``speculation``, ``drafter``
-    (a :class:`~.wire.DrafterView` or None), ``invariance`` and ``verdict()`` are the
+    ``backend``, ``draft_settings``, ``placements`` (where each model runs), ``model_drafter``
+    and ``mtp_drafter`` (:class:`~.wire.DrafterView` or None) come with the load; ``n_past``,
+    ``speculation``, ``drafter`` (a :class:`~.wire.DrafterView` or None), ``invariance`` and ``verdict()`` are the
     child's latest snapshot. A child that exits ends the reply in flight with
     ``reason="error"`` and :attr:`lost` says why.
     """
@@ -91,6 +91,7 @@ class ProcessSpeculator:
         self.target_info, self.draft_info = static.target_info, static.draft_info
         self.n_ctx, self.no_rollback, self.load_note = static.n_ctx, static.no_rollback, static.load_note
         self.backend, self.draft_settings = static.backend, static.draft_settings
+        self.placements = static.placements
         self.model_drafter, self.mtp_drafter = static.model_drafter, static.mtp_drafter
         self._apply(state)
         self._reader = threading.Thread(target=self._read, name="skippy-engine-pipe", daemon=True)

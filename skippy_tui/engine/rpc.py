@@ -394,11 +394,27 @@ def remote_label(speculator: Any) -> str:
     return status_label(_models(speculator)) if speculator is not None else ""
 
 
-def devices_label(speculator: Any) -> str:
-    """The backend a loaded speculator runs on, then its RPC devices: ``CPU + RPC0@host:port``.
+def placements(speculator: Any) -> list[tuple[str, str]]:
+    """``(role, where)`` for the target and the draft model of a loaded speculator, where
+    each one's layers run (:attr:`.native.Model.placement`: ``CPU``, ``CUDA0``,
+    ``RPC0@host:port``, …). An engine process says it from its load."""
+    if getattr(speculator, "separate_process", False):
+        return list(speculator.placements)
+    models = _models(speculator)
+    if len(models) == 2 and models[1] is models[0]:  # an integrated MTP head drafts on the target itself
+        models = models[:1]
+    return [(role, m.placement) for role, m in zip(("target", "draft"), models) if getattr(m, "placement", "")]
 
-    An engine process says its own backend (from its load), so the app never opens
-    llama.cpp's libraries to ask."""
+
+def devices_label(speculator: Any) -> str:
+    """Where a loaded speculator's models run: ``CPU`` (or ``CUDA0``, ``RPC0@host:port``…) when
+    both run there, else ``target CUDA0 · draft CPU``. Without placements, the ggml backend's
+    name and the remote devices (``CPU + RPC0@host:port``)."""
+    where = placements(speculator)
+    if where:
+        if len({w for _, w in where}) == 1:
+            return where[0][1]
+        return " · ".join(f"{role} {w}" for role, w in where)
     if getattr(speculator, "separate_process", False):
         backend = speculator.backend
     else:

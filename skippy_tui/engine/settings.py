@@ -166,11 +166,14 @@ class SpeculationSettings:
     ``enabled`` False = plain decoding. ``exact``:
     measure at load how large a verify batch the target decodes bit-identically
     to single rows, and verify in chunks of that size (:mod:`invariance`).
-    ``profile``: ``"exact"`` (the default) or ``"fast"``: flash attention and
-    CPU weight repacking on, one verify batch, no probe (``exact`` False); faster
-    on quantized CPU targets, but a reply may differ from plain decoding where
-    the target's top two logits nearly tie. The config applies the load
-    settings; this field names the profile for the status bar and traces.
+    ``profile``: ``"auto"`` (the default): verify exactly in the chunks the probe
+    certifies where it certifies at least 2 rows, else in one batch, not bit-exact
+    (:mod:`.exactness`); ``"exact"``: the certified chunks always, row by row if
+    need be; ``"fast"``: flash attention and CPU weight repacking on, one verify
+    batch, no probe (``exact`` False); faster on quantized CPU targets, but a reply
+    may differ from plain decoding where the target's top two logits nearly tie.
+    The config applies the load settings; this field names the profile for the
+    verify plan, the status bar and traces.
 
     Raises:
         BoundsError: per the bounds contract.

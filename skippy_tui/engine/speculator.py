@@ -49,6 +49,7 @@ from .cost_model import best_k
 from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import BoundsError, ContextFullError, SkippyError
 from .events import Event, FinishReason, ReplyStarted, Rollback
+from .exactness import verify_plan
 from .gguf_info import ModelInfo
 from .invariance import Invariance
 from .kvcache import KvCache
@@ -216,7 +217,7 @@ class Speculator:
     def reset_policies(self) -> None:
         """Forget what the adaptive policies measured during replies (costs, acceptance) for
         every draft source; the load-time verify timings (:meth:`seed_verify_costs`) stay."""
-        self._verify_costs = VerifyCosts(self._verify_costs.prior_slope)
+        self._verify_costs = VerifyCosts(self._verify_costs.prior_slope, self._verify_costs.chunk)
         for batch, ms in self._seed_timings.items():
             self._verify_costs.add(batch, ms)
         # new dicts, not cleared ones: a state handed out by learned() holds the old ones
@@ -241,18 +242,19 @@ class Speculator:
     def seed_verify_costs(self, timings_ms: dict[int, float]) -> None:
         """First estimates of the target's verify cost by batch size (ms), e.g. from the probe.
 
-        Set :attr:`verify_rows` first: verifying row by row (1), each extra row
-        is assumed to cost a whole single-row decode until more is measured.
+        Set :attr:`verify_rows` first: a batch longer than it is priced as its chunks,
+        each a decode of its own (:class:`~.measurements.VerifyCosts`), until measured.
         """
-        if self.verify_rows == 1:
-            self._verify_costs.prior_slope = 1.0
+        self._verify_costs.chunk = self.verify_rows
         self._seed_timings = dict(timings_ms)
         for batch, ms in timings_ms.items():
             self._verify_costs.add(batch, ms)
 
     def ensure_exact(self, report: Callable[[float], None] | None = None) -> None:
         """Run :attr:`exactness_probe` if speculation is on and it has not run yet, and
-        verify in the chunks it certifies (see :mod:`invariance`).
+        verify as the profile and the probe's verdict say (:func:`~.exactness.verify_plan`:
+        the chunks it certifies, or with ``profile = "auto"`` one batch where it certifies
+        fewer than 2 rows).
 
         The probe decodes on the target's context, so its KV cache is emptied first
         (the next reply prefills the conversation again). ``report`` gets the
@@ -273,7 +275,9 @@ class Speculator:
             ctx.observer = observer
         self.exactness_probe = None
         self.invariance = inv
-        self.verify_rows = inv.chunk
+        plan = verify_plan(self.speculation.profile, self.speculation.exact, inv)
+        # auto on a build that certifies no batch: one decode per verify, not row by row
+        self.verify_rows = plan.rows if plan is not None else inv.chunk
         self.seed_verify_costs(inv.timings_ms)
 
     def verdict(self) -> float | None:
@@ -436,6 +440,8 @@ class Speculator:
         params = gen.sampling
         # a reply without a fixed seed draws one, reported so the reply can be reproduced
         seed = params.seed if params.seed is not None else secrets.randbits(63)
+        speculative = spec.enabled and self.drafter is not None
+        plan = verify_plan(spec.profile, spec.exact, self.invariance) if speculative else None
         yield ReplyStarted(
             turn=self._turn,
             n_prompt=len(context),
@@ -444,11 +450,12 @@ class Speculator:
             prefill_ms=prefill_ms,
             draft_sync=draft_sync,
             draft_prefill_ms=draft_prefill_ms,
-            speculative=spec.enabled and self.drafter is not None,
+            speculative=speculative,
             draft_source=self.drafter.source if self.drafter is not None else "none",
             n_draft=spec.n_draft,
             p_min=spec.p_min,
             sampling=sampling_dict(params, seed),
+            verify=plan.short() if plan is not None else "",
         )
         yield from self._loop(context, gen, ReplySampler(params, seed), cancelled, prefill_ms)
 

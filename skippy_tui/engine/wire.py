@@ -80,6 +80,7 @@ class Static:
     # the app offers the sources these make possible (F3)
     model_drafter: DrafterView | None = None
     mtp_drafter: DrafterView | None = None
+    placements: tuple[tuple[str, str], ...] = ()  # (role, where its layers run): rpc.placements
 
 
 @dataclass(frozen=True)
@@ -97,11 +98,12 @@ class State:
 
 def static_of(spec: Any) -> Static:
     from .native_devices import backend_name
+    from .rpc import placements
 
     drafters = DrafterView.of(spec.model_drafter), DrafterView.of(spec.mtp_drafter)
     return Static(
         spec.target_info, spec.draft_info, spec.n_ctx, spec.no_rollback, spec.load_note, backend_name(),
-        spec.draft_settings, *drafters,
+        spec.draft_settings, *drafters, tuple(placements(spec)),
     )  # fmt: skip
 
 

@@ -73,7 +73,12 @@ STATUS: tuple[tuple[str, str], ...] = (
                   "acceptance per draft position; shown once enough is measured. Below 1× the draft "
                   "costs more than it saves"),
     ("exact ≤N rows", "verify batches are split so a reply equals plain decoding token for token"),
+    ("auto: …", "the profile in force (auto, the default) and how it verifies: exact ≤N rows as above, or "
+                "not bit-exact where this build certifies no batch of 2 rows: one verify batch, and a reply "
+                "can differ from plain decoding where two tokens nearly tie"),
     ("profile fast", "one verify batch, flash attention: faster, a reply may differ from plain decoding"),
+    ("CPU · CUDA0 · …", "where the models' layers run: CPU, a GPU (CUDA0), an RPC server's device "
+                        "(RPC0@host:port), +CPU when some stay on the CPU; target … · draft … when they differ"),
     ("ctx a/b", "tokens in the target's KV cache / its context window"),
     ("spec on … k=… p_min=…", "speculation on (F4), the draft source unless it is the draft model named beside "
                               "it (model, or auto choosing it per step): ngram, mtp, auto (mtp)…, set with F3; the "

@@ -22,6 +22,7 @@ from textual.worker import Worker, WorkerState
 
 from ..config import ConfigError, config_path
 from ..engine.errors import SkippyError
+from ..engine.exactness import NOT_BIT_EXACT, plan_of
 from ..engine.loader import EngineSpec, live_changes
 from ..saved import overridden, save_defaults
 from .error_screen import ErrorScreen, how_to_fix
@@ -176,8 +177,25 @@ class LoadingMixin:
         self.query_one("#loading-label", Label).update(msg.stage)
         self.query_one("#loading-bar", ProgressBar).update(progress=round(msg.fraction * 100))
 
+    def _verification_notice(self, speculator: Any) -> None:
+        """Say once per load when replies cannot be plain decoding's bit for bit (``auto`` on a
+        build that certifies no verify batch), or stay so only row by row (``exact``)."""
+        speculation = getattr(speculator, "speculation", None)
+        if getattr(speculator, "drafter", None) is None or speculation is None or not speculation.enabled:
+            return
+        plan, inv = plan_of(speculator), getattr(speculator, "invariance", None)
+        if plan is not None and plan.checked and not plan.exact:
+            text = (
+                f"{NOT_BIT_EXACT[0].upper()}{NOT_BIT_EXACT[1:]} ({plan.why}). Verification is one batch, so "
+                'speculation can pay; profile = "exact" keeps replies identical, verifying row by row.'
+            )
+            self.notify(text, title="Not bit-exact", severity="warning", timeout=15)
+        elif inv is not None and inv.note:
+            self.notify(inv.note, title="Verification is row by row", severity="warning", timeout=15)
+
     def _loaded(self, speculator: Any) -> None:
         self.speculator = speculator
+        self._verification_notice(speculator)
         if self._relay is not None:  # an engine process's pipe reader yields the CPU as the UI does
             lower_threads(getattr(speculator, "relay_threads", ()))
         watch = getattr(speculator, "watch_terminal", None)
@@ -203,9 +221,6 @@ class LoadingMixin:
             self.notify("Models loaded. Type a message and press Enter.", timeout=4)
             if worker.result.load_note:
                 self.notify(worker.result.load_note + ".", title="Models loaded", timeout=8)
-            inv = worker.result.invariance
-            if inv is not None and inv.note and worker.result.drafter is not None:
-                self.notify(inv.note, title="Verification is row by row", severity="warning", timeout=15)
         elif state in (WorkerState.ERROR, WorkerState.CANCELLED):
             self.loading = False
             self.query_one("#loading").display = False

@@ -14,6 +14,7 @@ from typing import Any
 from textual.widgets import Static
 
 from ..engine.arch import rollback_kind
+from ..engine.exactness import VerifyPlan, plan_of
 from ..engine.labels import model_label
 from ..engine.sampling import SamplingParams
 from ..transcript import Entry
@@ -103,6 +104,20 @@ def draft_field(spec: Any) -> Part:
     return Part(("no draft model", ""), (5,))
 
 
+def verify_part(profile: str, plan: VerifyPlan) -> Part:
+    """The profile in force and how it verifies (:mod:`~skippy_tui.engine.exactness`):
+    ``exact ≤7 rows`` (profile exact: split to stay bit-exact), ``auto: exact ≤7 rows``,
+    ``auto: not bit-exact`` (a build that certifies no batch: one batch, and replies can
+    differ from plain decoding; it outlasts the other forms), ``profile fast``, or
+    ``not exact`` (``exact = false``)."""
+    if profile == "fast":  # flash attention + repacking, one verify batch: faster, identity approximate
+        return Part(("profile fast", ""), (2,))
+    short = plan.short()
+    if profile == "exact" or not plan.checked:
+        return Part((short, ""), (2,))
+    return Part((f"{profile}: {short}", short, ""), (1.5, 2 if plan.exact else 6.5))
+
+
 def rollback_field(spec: Any) -> Part | None:
     """How a hybrid or recurrent target drops rejected tokens (``rollback: snapshot`` /
     ``restore``, :func:`~skippy_tui.engine.arch.rollback_kind`); None for an attention
@@ -151,17 +166,9 @@ def status_parts(st: StatusState) -> list[Part]:
         verdict = spec.verdict() if on_ else None
         if verdict is not None:
             parts.append(Part((f"≈{verdict:.2f}× plain", ""), (6,)))
-        inv = spec.invariance
-        if on_ and inv is not None:
-            # verify batches longer than inv.rows are split to stay bit-exact
-            rows = "" if inv.rows is None else " ≤1 row" if inv.rows == 1 else f" ≤{inv.rows} rows"
-            parts.append(Part(("exact" + rows, ""), (2,)))
-        elif on_ and s.profile == "fast":
-            # flash attention + repacking, one verify batch: faster, identity approximate
-            parts.append(Part(("profile fast", ""), (2,)))
-        elif on_ and not s.exact:
-            # exact = false: one verify batch, unchecked; same-seed identity is approximate
-            parts.append(Part(("not exact", ""), (2,)))
+        plan = plan_of(spec) if on_ else None
+        if plan is not None:
+            parts.append(verify_part(s.profile, plan))
     else:
         models = st.recorded
         if st.replay or models:

@@ -681,14 +681,18 @@ def test_ctrl_n_clears_the_chat_and_the_next_reply_starts_from_empty_caches(spec
 
 
 def _exact_part(app: SkippyApp) -> list[str]:
-    return [p for p in _status(app).split(" │ ") if p.startswith(("exact", "not exact"))]
+    return [p for p in _status(app).split(" │ ") if p.startswith(("exact", "not exact", "auto: "))]
 
 
 def test_status_bar_says_how_verification_stays_exact(speculator, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The status bar's "exact…" follows ``speculator.invariance``: the probe's result on this build,
-    then a limit of 7 rows, row by row and no limit; "not exact" with ``exact = false``; nothing when off."""
+    """The status bar's verification field follows the profile and ``speculator.invariance``: the
+    probe's result on this build under the default profile (auto), then a limit of 7 rows, one row
+    (auto: one batch, not bit-exact, and a warning says so; exact: row by row) and no limit;
+    "not exact" with ``exact = false``; nothing when off."""
+    from skippy_tui.engine.exactness import NOT_BIT_EXACT
+
     inv = speculator.invariance
-    assert inv is not None and speculator.verify_rows == inv.chunk
+    assert inv is not None and speculator.verify_rows == inv.chunk and speculator.speculation.profile == "auto"
     shown = {None: "exact", 1: "exact ≤1 row"}
     cases = [
         inv,
@@ -696,14 +700,30 @@ def test_status_bar_says_how_verification_stays_exact(speculator, monkeypatch: p
         Invariance(rows=1, probed=1, max_diff=0.0, note="built with LLAMAFILE"),
         Invariance(rows=None, probed=17, max_diff=0.0),
     ]
+    initial = speculator.speculation
 
     async def body() -> None:
         app = SkippyApp(ui_config(), speculator=speculator)
-        async with app.run_test(size=SIZE):
-            for case in cases:
-                monkeypatch.setattr(speculator, "invariance", case)
-                app._update_status()
-                assert _exact_part(app) == [shown.get(case.rows, f"exact ≤{case.rows} rows")], case
+        async with app.run_test(size=SIZE) as pilot:
+            for profile in ("auto", "exact"):
+                monkeypatch.setattr(speculator, "speculation", dataclasses.replace(initial, profile=profile))
+                for case in cases:
+                    monkeypatch.setattr(speculator, "invariance", case)
+                    app._update_status()
+                    want = shown.get(case.rows, f"exact ≤{case.rows} rows")
+                    if profile == "auto":
+                        want = "auto: not bit-exact" if case.chunk < 2 else f"auto: {want}"
+                    assert _exact_part(app) == [want], (profile, case)
+            # a load on such a build warns once, in words
+            monkeypatch.setattr(speculator, "speculation", initial)
+            monkeypatch.setattr(speculator, "invariance", cases[2])
+            app._verification_notice(speculator)
+
+            def said() -> list[Any]:
+                return [n for n in app._notifications if n.title == "Not bit-exact"]
+
+            await wait_until(pilot, lambda: bool(said()), 10, "the warning")
+            assert len(said()) == 1 and NOT_BIT_EXACT in said()[0].message.lower(), said()
             monkeypatch.setattr(speculator, "invariance", None)
             speculator.update(exact=False)
             app._update_status()

@@ -129,3 +129,61 @@ def test_while_loading_it_says_the_stage_and_why_and_narrows_to_what() -> None:
     assert _line(st, 60) == "measuring batch invariance"
     assert _line(st, 20) == "loading models…"
     assert _line(_state(loading=True, load_stage="loading target SmolLM2 Q4_1")) == "loading target SmolLM2 Q4_1"
+
+
+def test_the_status_shows_the_profile_in_force_and_whether_replies_are_bit_exact() -> None:
+    """Issue 56: auto (the default) says when this build certifies no verify batch: one batch,
+    not bit-exact; that field outlasts the backend and the model names on a narrow bar."""
+    from skippy_tui.engine.invariance import Invariance
+    from skippy_tui.engine.settings import SpeculationSettings
+
+    def line(profile: str, inv: Invariance | None, exact: bool = True, width: int = 500) -> str:
+        spec = SpeculationSettings(enabled=True, n_draft=4, source="model", profile=profile, exact=exact)
+        return _line(_state(speculator=_speculator(invariance=inv, speculation=spec), backend="CPU"), width)
+
+    chunks, none = Invariance(7, 17, 1.1), Invariance(1, 17, 0.03)
+    assert line("auto", chunks).endswith("│ auto: exact ≤7 rows")
+    assert line("exact", chunks).endswith("│ exact ≤7 rows")
+    assert line("auto", none).endswith("│ auto: not bit-exact")
+    assert line("exact", none).endswith("│ exact ≤1 row")
+    assert line("fast", None, exact=False).endswith("│ profile fast")
+    assert line("auto", None, exact=False).endswith("│ not exact")
+    assert "exact" not in line("auto", None)  # the probe has not run yet: nothing to say
+    # narrow: "auto:" goes first; "not bit-exact" stays after the backend and the verdict's rank
+    narrow = line("auto", none, width=90)
+    assert narrow.endswith("│ not bit-exact") and "CPU" not in narrow, narrow
+    assert "exact" not in line("auto", chunks, width=90)
+
+
+def test_the_status_says_where_each_model_runs() -> None:
+    """The backend field is the models' placement: one name when both run there, else per model."""
+    from types import SimpleNamespace
+
+    from skippy_tui.engine.rpc import devices_label
+
+    def spec(target: str, draft: str | None) -> SimpleNamespace:
+        t = SimpleNamespace(placement=target)
+        cache = SimpleNamespace(ctx=SimpleNamespace(model=SimpleNamespace(placement=draft))) if draft else None
+        return SimpleNamespace(target=t, draft_cache=cache)
+
+    assert devices_label(spec("CUDA0", "CUDA0")) == "CUDA0"
+    assert devices_label(spec("CUDA0", "CPU")) == "target CUDA0 · draft CPU"
+    assert devices_label(spec("RPC0@10.0.0.2:50052+CPU", None)) == "RPC0@10.0.0.2:50052+CPU"
+    # an engine process says it from its load
+    child = SimpleNamespace(separate_process=True, placements=(("target", "CUDA0"), ("draft", "CUDA1")))
+    assert devices_label(child) == "target CUDA0 · draft CUDA1"
+    text = _line(_state(speculator=_speculator(), backend=devices_label(spec("CUDA0", "CPU"))))
+    assert "│ target CUDA0 · draft CPU │" in text
+
+
+def test_placement_names_the_devices_and_the_cpu_where_layers_stay() -> None:
+    from skippy_tui.engine.native_devices import placement
+
+    assert placement([], -1, 30) == "CPU"  # a CPU build: no accelerator
+    assert placement(["CUDA0"], -1, 30) == "CUDA0"
+    assert placement(["CUDA0"], 31, 30) == "CUDA0"  # 30 layers and the output layer
+    assert placement(["CUDA0"], 20, 30) == "CUDA0+CPU"
+    assert placement(["CUDA0"], 0, 30) == "CPU"
+    assert placement(["CUDA0", "CUDA1"], -1, 30) == "CUDA0+CUDA1"
+    assert placement(["CPU"], -1, 30) == "CPU"  # device = "CPU"
+    assert placement(["RPC0@h:1"], -1, 30) == "RPC0@h:1"
