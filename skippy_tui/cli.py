@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import __version__
-from .bench import add_bench_parser
-from .bench_core import messages_for
+from .bench.command import add_bench_parser
+from .bench.core import messages_for
 from .cli_common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -30,7 +30,7 @@ from .cli_common import (
 )
 from .config import ConfigError, cache_dir, config_path, data_dir, saved_path
 from .engine.errors import BoundsError, SkippyError
-from .engine.native_sigint import sigint_scope
+from .engine.native.sigint import sigint_scope
 from .transcript import count
 
 
@@ -99,7 +99,7 @@ def verify_line(speculator: Any, trace: bool) -> str:
     """How verification relates to plain decoding (``verify: …``), or ``""``: always with
     ``--trace``; without it where the user must know (a build that certifies no verify
     batch: ``auto`` verifies in one batch, not bit-exact; ``exact`` goes row by row)."""
-    from .engine.exactness import plan_of
+    from .engine.policy.exactness import plan_of
 
     plan = plan_of(speculator) if speculator.speculation.enabled else None
     if plan is None:
@@ -111,8 +111,8 @@ def verify_line(speculator: Any, trace: bool) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .engine.chat import ChatTemplate, prompt_tokens
-    from .engine.loader import load_speculator
-    from .engine.native import Model
+    from .engine.load.loader import load_speculator
+    from .engine.native.model import Model
 
     prompt = sys.stdin.buffer.read().decode("utf-8", "replace") if args.prompt == "-" else arg_text(args.prompt)
     if not prompt.strip():
@@ -234,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_flags(r, sub=True)
     r.set_defaults(func=cmd_run)
     add_bench_parser(sub)
-    from .drafts import add_drafts_parser
+    from .bench.drafts import add_drafts_parser
     from .library import add_models_parser
 
     add_models_parser(sub)

@@ -1,7 +1,7 @@
 """Command-line pieces every command shares: the model flags, the config they
 override, and load progress on stderr.
 
-:mod:`skippy_tui.cli` (``run``), :mod:`skippy_tui.bench` and
+:mod:`skippy_tui.cli` (``run``), :mod:`skippy_tui.bench.command` and
 :mod:`skippy_tui.ui.launch` (the app, ``replay``) all build on this module;
 it imports none of them, so the three never import each other back.
 """

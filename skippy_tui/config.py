@@ -23,10 +23,10 @@ import platformdirs
 import tomli as _toml
 
 from .engine.errors import BoundsError, SkippyError
-from .engine.loader import EngineSpec
-from .engine.native import LoadParams
+from .engine.load.loader import EngineSpec
+from .engine.native.model import LoadParams
 from .engine.options import MODEL_OPTIONS, Option, option, schema
-from .engine.sampling import SamplingParams
+from .engine.sampling.params import SamplingParams
 from .engine.settings import (
     FAST_LOAD,
     PROFILES,
@@ -300,7 +300,7 @@ def _has_heads(path: Path) -> bool | None:
     """Whether the target's GGUF has MTP heads llama.cpp can draft with (its cached header);
     None for a file that cannot be read (the loader reports what is wrong with it)."""
     from .engine.errors import ModelFileError
-    from .engine.gguf_info import cached_model_info
+    from .engine.load.gguf_info import cached_model_info
 
     try:
         return cached_model_info(path, cache_dir() / "gguf-info").mtp_heads > 0

@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from .cli_common import path_arg
-from .engine.arch import mtp_heads_usable
-from .engine.compat import incompatibility
 from .engine.errors import ModelFileError
-from .engine.gguf_info import ModelInfo, cached_model_info, shard_paths
 from .engine.jsoncache import file_key, read_entry, write_entry
-from .engine.labels import SHARD_RE, model_label
+from .engine.load.arch import mtp_heads_usable
+from .engine.load.compat import incompatibility
+from .engine.load.gguf_info import ModelInfo, cached_model_info, shard_paths
+from .engine.load.labels import SHARD_RE, model_label
 
 ENTRY_VERSION = 2
 """Bumped when :class:`LibraryEntry`'s cached fields change (old entries are then re-read;
@@ -379,7 +379,7 @@ def draft_candidates(
 def _mtp_drafter_refusal(target: ModelInfo, draft: ModelInfo) -> str | None:
     """Why the MTP drafter file ``draft`` cannot draft for ``target`` with the pinned llama.cpp
     (``None``: it can, or it is an ordinary model); its architecture is checked with the
-    vocabulary (:func:`.engine.compat.incompatibility`), its width when both load."""
+    vocabulary (:func:`.engine.load.compat.incompatibility`), its width when both load."""
     why = mtp_heads_usable(draft.architecture, draft.n_nextn) if draft.mtp_only else ""
     return f"MTP drafter: {why}" if why else None
 

@@ -38,10 +38,10 @@ from typing import Any
 
 from .engine.errors import SkippyError
 from .engine.events import Event, ReplyFinished, ReplyStarted, Rollback, StepVerified, TextSpan, event_from_dict
-from .engine.exactness import NOT_BIT_EXACT
 from .engine.jsoncache import atomic_write_text, exclusive_write_text, remove_stale_temps
-from .engine.labels import model_label
-from .engine.sampling import SamplingParams
+from .engine.load.labels import model_label
+from .engine.policy.exactness import NOT_BIT_EXACT
+from .engine.sampling.params import SamplingParams
 from .engine.stats import AcceptanceStats
 
 FORMAT = "skippy-tui-transcript"

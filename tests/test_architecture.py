@@ -165,6 +165,42 @@ def test_the_engine_imports_nothing_from_outside_the_engine() -> None:
     assert outside == set()
 
 
+def external_imports(path: Path) -> set[str]:
+    """The top-level names of the modules outside the package that ``path`` imports (any depth,
+    ``if TYPE_CHECKING:`` left out)."""
+    out: set[str] = set()
+    for node in _imports(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif node.level == 0 and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+NATIVE = "skippy_tui.engine.native"
+C_LEVEL = {"llama_cpp", "ctypes"}
+
+
+def test_only_the_native_layer_talks_to_llama_cpp() -> None:
+    # llama.cpp's C API, its Python bindings and libggml are reached from engine/native/ alone
+    talkers = {
+        name: sorted(external_imports(path) & C_LEVEL)
+        for name, path in module_files(PACKAGE_DIR, "skippy_tui").items()
+        if not (name == NATIVE or name.startswith(NATIVE + "."))
+    }
+    assert {n: t for n, t in talkers.items() if t} == {}
+
+
+def test_the_policy_imports_no_model_code() -> None:
+    # auto's decisions are pure functions of measured costs and counts: tested without a model
+    model_code = ("native", "load", "drafting", "process", "speculator")
+    graph = import_graph(module_files(PACKAGE_DIR, "skippy_tui"), "skippy_tui")
+    policy = {m: ts for m, ts in graph.items() if m.startswith("skippy_tui.engine.policy")}
+    assert len(policy) >= 5  # the package is really read
+    reached = {(m, t) for m, ts in policy.items() for t in ts if t.split(".")[2] in model_code}
+    assert reached == set()
+
+
 # -- the cycle finder can fail ----------------------------------------------------------------
 
 

@@ -83,7 +83,7 @@ def test_a_probe_that_certifies_nothing_makes_auto_verify_in_one_batch_and_run_s
     build whose batched rows differ would give it), under the default profile: ``run`` says in
     words that replies are not bit-exact, every reply records it, and verification is one
     batch of k + 1 rows; ``--profile exact`` goes row by row instead."""
-    from skippy_tui.engine.exactness import NOT_BIT_EXACT
+    from skippy_tui.engine.policy.exactness import NOT_BIT_EXACT
 
     env_cache = {"SKIPPY_TUI_CACHE_DIR": str(tmp_path)}
     pair = ("--target", str(smollm2_f32), "--draft", str(smollm2_q4_1), "--max-tokens", "24", "--n-draft", "4")

@@ -331,7 +331,7 @@ def test_a_bad_saved_file_is_named_and_a_failed_save_keeps_the_old_one(monkeypat
         ConfigError, match=r"(?s)saved\.toml: \[sampling\] temperature = 'hot'.*delete saved\.toml"
     ) as bad:
         load_config(saved=True)
-    from skippy_tui.ui.error_screen import how_to_fix
+    from skippy_tui.ui.screens.error import how_to_fix
 
     assert how_to_fix(bad.value, "config.toml").startswith(f"Delete {saved_path()}: it holds only what the app saved")
     save_defaults({"sampling": {"top_k": 5}})  # a bad file is the app's own: saving again replaces it

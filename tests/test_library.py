@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import skippy_tui.engine.gguf_info as gguf_info
+import skippy_tui.engine.load.gguf_info as gguf_info
 from skippy_tui.cli import main
-from skippy_tui.engine.gguf_info import cached_model_info
+from skippy_tui.engine.load.gguf_info import cached_model_info
 from skippy_tui.library import (
     INTEGRATED_MTP,
     LibraryEntry,
@@ -252,7 +252,7 @@ def test_models_and_f8_name_a_model_alike(
 ) -> None:
     """Issue 57.15: `models` named the shipped file by its GGUF name (``Smollm2 135M 8k Lc100K
     Mix1 Ep2``, a training run's), F8 by file stem and quantization: now both use the latter."""
-    from skippy_tui.ui.model_picker import label
+    from skippy_tui.ui.screens.model_picker import label
 
     lib = tmp_path / "lib"
     lib.mkdir()
@@ -353,7 +353,7 @@ def _key_table() -> str:
 
 
 def test_bench_help_lists_the_prompts_and_no_flag_that_does_nothing(capsys: pytest.CaptureFixture[str]) -> None:
-    from skippy_tui.bench_suite import EXTRA, SUITE
+    from skippy_tui.bench.suite import EXTRA, SUITE
 
     with pytest.raises(SystemExit):
         main(["bench", "--help"])

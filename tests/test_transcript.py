@@ -109,7 +109,7 @@ def test_reproduce_flags_name_every_non_default_setting() -> None:
 def test_markdown_says_when_replies_stop_and_start_being_bit_exact() -> None:
     """Issue 56: a reply verified in one batch on a build that certifies none says so in words;
     exact replies say nothing until a reply was not, and old files (no ``verify``) nothing."""
-    from skippy_tui.engine.exactness import NOT_BIT_EXACT
+    from skippy_tui.engine.policy.exactness import NOT_BIT_EXACT
 
     t = Transcript.load(CHAT_JSON)
     replies = [i for i, e in enumerate(t.entries) if e.role == "assistant"]

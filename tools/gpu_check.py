@@ -3,7 +3,7 @@
 
 For each target (F16, Q4_0) it prints:
 
-* the exactness probe's verdict (:mod:`skippy_tui.engine.invariance`) with the target's flash
+* the exactness probe's verdict (:mod:`skippy_tui.engine.native.invariance`) with the target's flash
   attention off and on, and what the default profile (``auto``) then does: exact chunks, or
   one verify batch, not bit-exact;
 * plain tokens/s (``skippy-tui run --no-draft``) beside ``llama-bench`` built from the same
@@ -112,9 +112,9 @@ def llama_bench(binary: Path, model: Path, tokens: int, flash: bool, threads: in
 
 def probe_verdicts(target: Path) -> list[str]:
     """The probe's verdict with flash attention off and on, and the auto profile's plan."""
-    from skippy_tui.engine.exactness import verify_plan, why_uncertified
-    from skippy_tui.engine.invariance import cached_probe, probe_rows
-    from skippy_tui.engine.native import Context, LoadParams, Model
+    from skippy_tui.engine.native.invariance import cached_probe, probe_rows
+    from skippy_tui.engine.native.model import Context, LoadParams, Model
+    from skippy_tui.engine.policy.exactness import verify_plan, why_uncertified
 
     lines = []
     for flash in ("off", "on"):
@@ -145,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     draft = models / "draft-f16.gguf"
     tokens = TOKENS[args.mode]
 
-    from skippy_tui.engine.native import default_threads
-    from skippy_tui.engine.native_devices import list_devices, system_info
+    from skippy_tui.engine.native.devices import list_devices, system_info
+    from skippy_tui.engine.native.model import default_threads
 
     threads = default_threads()
     print(f"== llama.cpp: {system_info()}")

@@ -66,8 +66,8 @@ def find_llama_bench(given: str | None) -> Path:
 def target_file() -> Path:
     """The embedded default target's F32 file (derived on first use, as the app does)."""
     from skippy_tui.config import cache_dir
-    from skippy_tui.engine.defaults import default_pair
     from skippy_tui.engine.errors import SkippyError
+    from skippy_tui.engine.load.defaults import default_pair
 
     try:
         return default_pair(cache_dir() / "models")[0]

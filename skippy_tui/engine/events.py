@@ -133,7 +133,7 @@ class ReplyStarted(Event):
     temperature, top_k, top_p, min_p, the penalties, ``sampler``, ``seed`` (the
     resolved seed) and ``seed_fixed`` (False when it was drawn for this reply).
     ``p_min``: the draft's stopping probability at the start. ``verify``: how its verify
-    batches relate to plain decoding (:meth:`.exactness.VerifyPlan.short`): ``exact ≤7
+    batches relate to plain decoding (:meth:`.policy.exactness.VerifyPlan.short`): ``exact ≤7
     rows`` or ``exact`` (bit-identical rows: a greedy reply is plain decoding's token
     for token), ``not bit-exact`` (one batch on a build that certifies none) or ``not
     exact`` (one batch, unchecked: ``profile = "fast"``, ``exact = false``); ``""`` for a

@@ -2,7 +2,7 @@
 
 The config file's schema and type checks (:mod:`skippy_tui.config`), the command-line
 flags (:mod:`skippy_tui.cli_common`), the engine's settings dataclasses (their
-defaults and bounds: :mod:`.settings`, :mod:`.sampling`, :class:`.native.LoadParams`)
+defaults and bounds: :mod:`.settings`, :mod:`.sampling.params`, :class:`.native.model.LoadParams`)
 and ``config.example.toml`` (a test keeps it in step) all read :data:`OPTIONS`, so a
 default or a bound cannot differ between them.
 
@@ -89,7 +89,7 @@ MODEL_OPTIONS: tuple[Option, ...] = (
     _model("tensor_split", [], "list[float]", "share of layers (or rows) per device"),
     _model("hugepages", "auto", "bool|auto", "weights in transparent huge pages"),
 )  # fmt: skip
-"""The native settings of one model (:class:`.native.LoadParams`, field for field)."""
+"""The native settings of one model (:class:`.native.model.LoadParams`, field for field)."""
 
 OPTIONS: tuple[Option, ...] = (
     Option("target", "path", "", "path", "target model GGUF", flag="--target", metavar="PATH"),

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from .bounds import MAX_DRAFT_TOKENS, check_int, validate_speculation
 from .errors import BoundsError
-from .native import FLASH_ATTN, KV_CACHE_TYPES, SPLIT_MODES, LoadParams, max_devices
+from .native.model import FLASH_ATTN, KV_CACHE_TYPES, SPLIT_MODES, LoadParams, max_devices
+from .native.rpc import RpcError, parse_endpoint
 from .options import DRAFT_SOURCES, PROFILES, bounds, default
-from .rpc import RpcError, parse_endpoint
-from .sampling import SamplingParams
+from .sampling.params import SamplingParams
 
 # Keys a draft inherits from the target when it leaves them unset.
 MODEL_KEYS = tuple(f.name for f in dataclasses.fields(LoadParams))
@@ -83,8 +83,7 @@ DRAFT_LOAD = {"flash_attn": "auto"}
 Flash attention off buys batch invariance (README, "Exactness"), and only the target
 needs it: the draft's logits never decide a token (the target verifies every one, and
 the coupled sampler draws from the target's distribution), so they may depend on how
-its calls are batched. With it on (``auto``) the default Q4_1 draft's one-token decodes
-ran faster (README, "Exactness").
+its calls are batched, and the draft takes the faster kernels.
 
 Not for a draft that is the target's own file, or one asked to load like the target
 (``[draft] like_target``): there the draft's logits could equal the target's, and with
@@ -155,11 +154,11 @@ class SpeculationSettings:
     decodes plainly. ``p_min``: drafting stops when the draft's top probability
     falls below it. ``source``: ``model`` (the draft model; without one, the
     target's MTP heads), ``mtp`` (the target's multi-token-prediction heads, or an
-    MTP drafter file given as the draft: :mod:`.mtp`), ``ngram`` (prompt lookup, no
+    MTP drafter file given as the draft: :mod:`.drafting.mtp`), ``ngram`` (prompt lookup, no
     model needed), ``ngram+model`` (n-gram when it matches, else the model) or
     ``auto``: with ``n_draft = "auto"`` each step chooses plain decoding, the n-gram
     proposal or the model's (the MTP heads' where no draft model is loaded), and its length,
-    from measured costs and acceptance (:class:`~.chooser.SourceChooser`);
+    from measured costs and acceptance (:class:`~.policy.chooser.SourceChooser`);
     with a fixed k it drafts as ``ngram+model``. ``n_draft_max_ngram``: the
     longest n-gram proposal ``auto`` may make (1..4096, default 32: a proposal
     that is copied costs almost nothing, so a reliable one may run long).
@@ -168,7 +167,7 @@ class SpeculationSettings:
     to single rows, and verify in chunks of that size (:mod:`invariance`).
     ``profile``: ``"auto"`` (the default): verify exactly in the chunks the probe
     certifies where it certifies at least 2 rows, else in one batch, not bit-exact
-    (:mod:`.exactness`); ``"exact"``: the certified chunks always, row by row if
+    (:mod:`.policy.exactness`); ``"exact"``: the certified chunks always, row by row if
     need be; ``"fast"``: flash attention and CPU weight repacking on, one verify
     batch, no probe (``exact`` False); faster on quantized CPU targets, but a reply
     may differ from plain decoding where the target's top two logits nearly tie.

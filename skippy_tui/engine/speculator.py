@@ -40,24 +40,26 @@ from functools import partial
 
 import numpy as np
 
-from .adaptive import AdaptiveK, FixedK, KPolicy
 from .bounds import ContextCapacity, validate_capacity, validate_prompt_len
 from .chat import ChatTemplate, Message, prompt_tokens
-from .chooser import SourceChooser
-from .combined import HANDOFF, AutoDrafter, build_drafter
-from .cost_model import best_k
-from .drafters import Drafter, ModelDrafter, Proposal
+from .drafting.combined import HANDOFF, AutoDrafter, build_drafter
+from .drafting.kvcache import KvCache
+from .drafting.model import Drafter, ModelDrafter, Proposal
+from .drafting.mtp import MtpDrafter
+from .drafting.ngram import NGRAM_LOOKUP_MS, NgramDrafter
 from .errors import BoundsError, ContextFullError, SkippyError
 from .events import Event, FinishReason, ReplyStarted, Rollback
-from .exactness import verify_plan
-from .gguf_info import ModelInfo
-from .invariance import Invariance
-from .kvcache import KvCache
-from .measurements import VerifyCosts
-from .mtp import MtpDrafter
-from .native import Context, Model
-from .ngram import NGRAM_LOOKUP_MS, NgramDrafter
-from .sampling import PenaltyWindow
+from .load.gguf_info import ModelInfo
+from .native.invariance import Invariance
+from .native.model import Context, Model
+from .native.window import PromptSize
+from .policy.adaptive import AdaptiveK, FixedK, KPolicy
+from .policy.chooser import SourceChooser
+from .policy.cost_model import best_k
+from .policy.exactness import verify_plan
+from .policy.measurements import VerifyCosts
+from .sampling.params import PenaltyWindow
+from .sampling.verify import Judge, ReplySampler, Verdict
 from .settings import GenerationSettings, SpeculationSettings
 from .step import (
     NO_SYNC,
@@ -73,8 +75,6 @@ from .step import (
     sampling_dict,
     step_event,
 )
-from .verify import Judge, ReplySampler, Verdict
-from .window import PromptSize
 
 
 class Speculator:
@@ -243,7 +243,7 @@ class Speculator:
         """First estimates of the target's verify cost by batch size (ms), e.g. from the probe.
 
         Set :attr:`verify_rows` first: a batch longer than it is priced as its chunks,
-        each a decode of its own (:class:`~.measurements.VerifyCosts`), until measured.
+        each a decode of its own (:class:`~.policy.measurements.VerifyCosts`), until measured.
         """
         self._verify_costs.chunk = self.verify_rows
         self._seed_timings = dict(timings_ms)
@@ -252,7 +252,7 @@ class Speculator:
 
     def ensure_exact(self, report: Callable[[float], None] | None = None) -> None:
         """Run :attr:`exactness_probe` if speculation is on and it has not run yet, and
-        verify as the profile and the probe's verdict say (:func:`~.exactness.verify_plan`:
+        verify as the profile and the probe's verdict say (:func:`~.policy.exactness.verify_plan`:
         the chunks it certifies, or with ``profile = "auto"`` one batch where it certifies
         fewer than 2 rows).
 

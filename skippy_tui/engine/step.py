@@ -23,14 +23,14 @@ from typing import Protocol
 
 import numpy as np
 
-from .adaptive import AdaptiveK
-from .drafters import Proposal
+from .drafting.model import Proposal
 from .events import FinishReason, ReplyFinished, Rollback, StepVerified, SyncInfo, TextSpan, TokenInfo
-from .sampling import PenaltyWindow, SamplingParams, top_softmax
+from .policy.adaptive import AdaptiveK
+from .sampling.params import PenaltyWindow, SamplingParams, top_softmax
+from .sampling.verify import ReplySampler, Verdict
 from .settings import GenerationSettings
 from .stats import AcceptanceStats
 from .text import SpanQueue, StopStringMatcher, Utf8Assembler
-from .verify import ReplySampler, Verdict
 
 TOP_K_SHOWN = 5
 """Entries in the panel's target/draft top-k lists at the first rejection."""
@@ -40,7 +40,7 @@ NO_SYNC = SyncInfo("none")
 
 class Vocab(Protocol):
     """What committing and reporting tokens needs of the target model
-    (:class:`~skippy_tui.engine.native.Model` satisfies it)."""
+    (:class:`~skippy_tui.engine.native.model.Model` satisfies it)."""
 
     def is_eog(self, token: int) -> bool:
         """True for end-of-generation tokens."""

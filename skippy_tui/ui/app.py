@@ -35,26 +35,26 @@ from textual.widgets import Footer, Input, Label, ProgressBar, TextArea
 from textual.worker import Worker, WorkerState
 
 from ..config import Config, ConfigError
-from ..engine.sampling import SamplingParams
+from ..engine.sampling.params import SamplingParams
 from ..engine.settings import GenerationSettings
 from ..engine.stats import AcceptanceStats
 from ..transcript import Transcript
-from .chat import AssistantMessage, ChatView
 from .commands import SkippyCommands
-from .confirm import DISCARD, ConfirmDiscardScreen
 from .context_fit import ContextFitMixin
 from .files import FilesMixin
 from .generation import FLUSH_HZ, GenerationMixin
-from .help import HelpScreen
 from .layout import LayoutMixin, MainArea
 from .loading import LoadingMixin
-from .panel import SpeculationPanel
 from .priority import INPUT_EVENTS, relay_executor, room_making_driver, yield_cpu_to_engine
-from .prompt import PromptInput
 from .replies import ReplyViewMixin
+from .screens.confirm import DISCARD, ConfirmDiscardScreen
+from .screens.help import HelpScreen
 from .status import StatusBar, StatusMixin
 from .themes import UiState, load_themes
 from .tuning import TuningMixin
+from .widgets.chat import AssistantMessage, ChatView
+from .widgets.panel import SpeculationPanel
+from .widgets.prompt import PromptInput
 
 QUIT_GRACE_S = 3.0
 """How long a quit mid-reply waits for the reply to stop (the engine checks between steps)

@@ -11,7 +11,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList
 
-from .chat import chat_parser
+from .widgets.chat import chat_parser
 
 
 def code_blocks(markdown: str) -> list[tuple[str, str]]:

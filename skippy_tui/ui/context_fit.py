@@ -17,9 +17,9 @@ from textual.timer import Timer
 from textual.widgets import Static
 
 from ..engine.errors import SkippyError
-from ..engine.window import PromptSize
+from ..engine.native.window import PromptSize
 from .messages import PromptCounted
-from .prompt import PromptInput
+from .widgets.prompt import PromptInput
 
 COUNT_DELAY_S = 0.3
 """How long typing must pause before the input is counted (a paste counts once)."""

@@ -11,9 +11,9 @@ from typing import Any
 from ..config import data_dir
 from ..history import HistoryStore
 from ..transcript import Transcript, TranscriptError, versions
-from .confirm import DISCARD, SAVE, ConfirmDiscardScreen
-from .history_screen import HistoryScreen
-from .open_screen import OpenTranscriptScreen
+from .screens.confirm import DISCARD, SAVE, ConfirmDiscardScreen
+from .screens.history import HistoryScreen
+from .screens.open import OpenTranscriptScreen
 
 
 class Saved:
@@ -130,7 +130,7 @@ class FilesMixin:
         t = self.transcript
         spec = self.speculator
         if spec is not None:
-            from ..engine.rpc import devices_label
+            from ..engine.native.rpc import devices_label
 
             t.models = {
                 "target": spec.target_info.summary() if spec.target_info else None,

@@ -5,7 +5,7 @@ A thread worker runs :meth:`Speculator.run` and posts every event as an
 in ``_pending`` and a 20 Hz timer applies them in one batch (Markdown stream,
 stats), so a fast backend never floods the UI; text is never dropped. Timeline
 rows and the status line follow at 4 Hz, in batches (each new row is rendered
-once: ui/timeline.py). Textual repaints the bounding box of a frame's changes:
+once: ui/widgets/timeline.py). Textual repaints the bounding box of a frame's changes:
 a status update at every flush made each frame of text span the screen's width.
 ``ReplyFinished`` flushes both queues first, then ends the reply. Esc sets the
 reply's cancel event (the engine checks it between steps).
@@ -22,14 +22,14 @@ from textual import work
 from textual.worker import Worker
 
 from ..engine.events import ReplyFinished, ReplyStarted, StepVerified
-from ..engine.sampling import SamplingParams
+from ..engine.sampling.params import SamplingParams
 from ..engine.settings import GenerationSettings
 from ..engine.stats import AcceptanceStats
 from ..transcript import Entry, model_pair, models_label, reply_stats
-from .chat import AssistantMessage, MessageWidget, SystemNote, UserMessage, Welcome
 from .context_fit import count_label, cut_short, engine_refusal, refusal
 from .messages import EngineEvent
-from .prompt import HINT
+from .widgets.chat import AssistantMessage, MessageWidget, SystemNote, UserMessage, Welcome
+from .widgets.prompt import HINT
 
 
 class SamplingHost(Protocol):
@@ -252,7 +252,7 @@ class GenerationMixin:
         else:
             await msg.remove()
         if fin.reason == "error":
-            from ..engine.rpc import speculator_lost
+            from ..engine.native.rpc import speculator_lost
 
             lost = speculator_lost(self.speculator)
             if lost:  # its engine process exited or its RPC server is gone: F5 loads again; the chat stays

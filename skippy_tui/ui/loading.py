@@ -22,13 +22,13 @@ from textual.worker import Worker, WorkerState
 
 from ..config import ConfigError, config_path
 from ..engine.errors import SkippyError
-from ..engine.exactness import NOT_BIT_EXACT, plan_of
-from ..engine.loader import EngineSpec, live_changes
+from ..engine.load.loader import EngineSpec, live_changes
+from ..engine.policy.exactness import NOT_BIT_EXACT, plan_of
 from ..saved import overridden, save_defaults
-from .error_screen import ErrorScreen, how_to_fix
 from .messages import LoadProgress
-from .model_picker import ModelChoice, SwitchFailedScreen, SwitchProgress, picker_for
 from .priority import lower_threads, terminal_path
+from .screens.error import ErrorScreen, how_to_fix
+from .screens.model_picker import ModelChoice, SwitchFailedScreen, SwitchProgress, picker_for
 
 
 @dataclass(frozen=True)
@@ -151,14 +151,14 @@ class LoadingMixin:
 
     def _loader(self) -> Callable[..., Any]:
         """``load_speculator``, or ``load_in_process`` with ``[ui] engine = "process"``: the
-        engine in a child process shares no GIL with rendering (engine/process.py)."""
+        engine in a child process shares no GIL with rendering (engine/process/proxy.py)."""
         if self.config.get("ui", "engine") == "process":
-            from ..engine.process import load_in_process
+            from ..engine.process.proxy import load_in_process
 
             # the launcher's early start, taken over once (a different spec discards it)
             started, self.engine_started = self.engine_started, None
             return functools.partial(load_in_process, started=started) if started is not None else load_in_process
-        from ..engine.loader import load_speculator
+        from ..engine.load.loader import load_speculator
 
         return load_speculator
 
@@ -230,7 +230,7 @@ class LoadingMixin:
             if state == WorkerState.ERROR and not self._load_cancel.is_set():
                 self._show_error("Could not load the models", worker.error)
 
-    # -- the picker's switch (the picker and its logic: ui/model_picker.py) ------------------
+    # -- the picker's switch (the picker and its logic: ui/screens/model_picker.py) ------------------
 
     def action_choose_models(self) -> None:
         if self.generating:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual.message import Message
 
 from ..engine.events import Event
-from ..engine.window import PromptSize
+from ..engine.native.window import PromptSize
 
 
 class EngineEvent(Message):

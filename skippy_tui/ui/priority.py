@@ -18,7 +18,7 @@ nice value, and a new thread inherits its creator's. So the engine's worker thre
 are started first (at the normal priority; llama.cpp's threads are created by them
 and inherit it), made the event loop's default executor, where Textual's thread
 workers run, and only then are the UI's threads (the event loop, Textual's input and
-output threads) lowered. With ``[ui] engine = "process"`` (engine/process.py) the
+output threads) lowered. With ``[ui] engine = "process"`` (engine/process/proxy.py) the
 engine runs in a child process, which starts with the nice value of the thread that
 starts it: the load worker, one of those engine threads. This process's threads that
 only pass the child's events on (the pipe reader, the relay the reply's events go
@@ -28,7 +28,7 @@ otherwise preempt a llama.cpp thread.
 At either priority the engine makes room for the user: Textual's input thread, which
 only reads the terminal, says when a key, a click, a scroll or a paste comes in
 (:func:`room_making_driver`), and an engine process waits between two steps until the
-UI has handled it and redrawn (at most a quarter of a second, engine/child.py), as it
+UI has handled it and redrawn (at most a quarter of a second, engine/process/child.py), as it
 does while the terminal holds input the UI has not read yet. Mouse moves do not count.
 """
 

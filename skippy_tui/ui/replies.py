@@ -8,9 +8,9 @@ from typing import Any
 from ..engine.events import StepVerified
 from ..engine.stats import AcceptanceStats
 from ..transcript import Entry, count, models_label, reply_stats
-from .chat import AssistantMessage, MessageWidget, SystemChange, SystemNote, UserMessage, Welcome
 from .clipboard import CodeBlockScreen, code_blocks
-from .inspector_screen import InspectorScreen
+from .screens.inspector import InspectorScreen
+from .widgets.chat import AssistantMessage, MessageWidget, SystemChange, SystemNote, UserMessage, Welcome
 
 WELCOME = (
     "Type a message below and press Enter. Replies stream here; the speculation panel (beside the chat, "

@@ -13,12 +13,12 @@ from typing import Any
 
 from textual.widgets import Static
 
-from ..engine.arch import rollback_kind
-from ..engine.exactness import VerifyPlan, plan_of
-from ..engine.labels import model_label
-from ..engine.sampling import SamplingParams
+from ..engine.load.arch import rollback_kind
+from ..engine.load.labels import model_label
+from ..engine.policy.exactness import VerifyPlan, plan_of
+from ..engine.sampling.params import SamplingParams
 from ..transcript import Entry
-from .render import Part, fit_parts
+from .widgets.render import Part, fit_parts
 
 STATUS_NAME_WIDTHS = (28, 22, 16, 12)  # model name widths the status bar tries, widest first
 SEPARATOR = " │ "
@@ -52,7 +52,7 @@ class StatusState:
     transcript_name: str  # the transcript file's name, or "transcript"
     loading: bool
     panel_shown: bool
-    load_stage: str = ""  # what the load is doing, and after a colon why (engine/loader.py)
+    load_stage: str = ""  # what the load is doing, and after a colon why (engine/load/loader.py)
 
 
 def model_field(role: str, path: Any, name: str, file_type: str, drop: float) -> Part:
@@ -105,7 +105,7 @@ def draft_field(spec: Any) -> Part:
 
 
 def verify_part(profile: str, plan: VerifyPlan) -> Part:
-    """The profile in force and how it verifies (:mod:`~skippy_tui.engine.exactness`):
+    """The profile in force and how it verifies (:mod:`~skippy_tui.engine.policy.exactness`):
     ``exact ≤7 rows`` (profile exact: split to stay bit-exact), ``auto: exact ≤7 rows``,
     ``auto: not bit-exact`` (a build that certifies no batch: one batch, and replies can
     differ from plain decoding; it outlasts the other forms), ``profile fast``, or
@@ -120,7 +120,7 @@ def verify_part(profile: str, plan: VerifyPlan) -> Part:
 
 def rollback_field(spec: Any) -> Part | None:
     """How a hybrid or recurrent target drops rejected tokens (``rollback: snapshot`` /
-    ``restore``, :func:`~skippy_tui.engine.arch.rollback_kind`); None for an attention
+    ``restore``, :func:`~skippy_tui.engine.load.arch.rollback_kind`); None for an attention
     target (its KV cache simply drops them) or none known."""
     t = spec.target_info
     kind = rollback_kind(t.architecture) if t is not None else "kv"
@@ -218,7 +218,7 @@ class StatusMixin:
         spec = self.speculator
         backend = ""
         if spec is not None:
-            from ..engine.rpc import devices_label
+            from ..engine.native.rpc import devices_label
 
             backend = devices_label(spec)  # CPU + RPC0@host:port
         tps = self._live_stats.tokens_per_second if self.generating else last_tps(self.transcript.entries)

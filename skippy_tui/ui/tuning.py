@@ -7,13 +7,13 @@ import dataclasses
 from typing import Any
 
 from ..config import ConfigError
-from ..engine.arch import mtp_heads_usable
-from ..engine.sampling import SamplingParams
+from ..engine.load.arch import mtp_heads_usable
+from ..engine.sampling.params import SamplingParams
 from ..engine.settings import DRAFT_SOURCES
 from ..saved import overridden, save_defaults
 from ..transcript import sampling_label
-from .system_prompt_screen import SystemPromptScreen
-from .tune_screen import TuneScreen
+from .screens.system_prompt import SystemPromptScreen
+from .screens.tune import TuneScreen
 
 KEEP_HINT = " Ctrl+P, Save settings as defaults keeps it for the next start."
 

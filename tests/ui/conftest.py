@@ -13,7 +13,7 @@ from ui_helpers import ui_config
 @pytest.fixture(scope="session")
 def _default_pair(smollm2_f32: Path) -> Any:
     """The embedded default pair (F32 target, Q4_1 draft), loaded once for the UI tests."""
-    from skippy_tui.engine.loader import load_speculator
+    from skippy_tui.engine.load.loader import load_speculator
 
     spec = track(load_speculator(ui_config().engine_spec()))
     yield spec

@@ -17,14 +17,14 @@ from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, run, ui_config, wait_for_s
 
 from skippy_tui.cli import main
 from skippy_tui.engine.bounds import ContextCapacity, validate_capacity
-from skippy_tui.engine.labels import model_label
+from skippy_tui.engine.load.labels import model_label
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
-from skippy_tui.ui.chat import AssistantMessage
 from skippy_tui.ui.clipboard import code_blocks
-from skippy_tui.ui.inspector_screen import InspectorScreen, rejection_reason
-from skippy_tui.ui.render import visible
-from skippy_tui.ui.tune_screen import TuneScreen
+from skippy_tui.ui.screens.inspector import InspectorScreen, rejection_reason
+from skippy_tui.ui.screens.tune import TuneScreen
+from skippy_tui.ui.widgets.chat import AssistantMessage
+from skippy_tui.ui.widgets.render import visible
 
 
 def replay_app(path: Path = CHAT_JSON) -> SkippyApp:
@@ -332,8 +332,8 @@ def test_esc_closes_the_keys_panel() -> None:
 
 
 def test_f1_help_lists_the_keys_the_panel_columns_badges_and_colours() -> None:
-    from skippy_tui.ui.help import HelpScreen
-    from skippy_tui.ui.timeline import COLUMNS
+    from skippy_tui.ui.screens.help import HelpScreen
+    from skippy_tui.ui.widgets.timeline import COLUMNS
 
     saved = Transcript.load(CHAT_JSON).models
 
@@ -459,7 +459,7 @@ def test_keys_typed_fast_after_tab_in_f3_land_in_the_next_field() -> None:
     """A terminal delivers "<tab>4230" in one read; Textual forwarded the digits to the field
     still focused while the tab waited in that field's own queue (min_p became 4230, the
     seed was meant). Tab is a priority binding of the dialog now: the focus moves first."""
-    from skippy_tui.ui.tune_screen import TuneScreen
+    from skippy_tui.ui.screens.tune import TuneScreen
 
     async def body() -> None:
         app = replay_app()
@@ -495,9 +495,9 @@ def test_keys_typed_fast_after_tab_land_in_the_next_field_of_every_dialog(tmp_pa
     prompt's text. (A key bound to an action is looked up after it bubbles, along the
     focus as it is by then, so buttons and tables were never affected.)"""
     from skippy_tui.history import HistoryStore
-    from skippy_tui.ui.history_screen import HistoryScreen
-    from skippy_tui.ui.open_screen import OpenTranscriptScreen
-    from skippy_tui.ui.system_prompt_screen import SystemPromptScreen
+    from skippy_tui.ui.screens.history import HistoryScreen
+    from skippy_tui.ui.screens.open import OpenTranscriptScreen
+    from skippy_tui.ui.screens.system_prompt import SystemPromptScreen
 
     (tmp_path / "saved.json").write_text("{}", "utf-8")
     results: list[object] = []
@@ -549,7 +549,7 @@ def test_copy_with_no_reply_says_so() -> None:
 
 def test_tab_moves_the_focus_in_the_order_f1_gives() -> None:
     """F1 said "input, chat, panel" while Tab went input → panel → chat."""
-    from skippy_tui.ui.help import CONTEXT_KEYS
+    from skippy_tui.ui.screens.help import CONTEXT_KEYS
 
     line = next(text for keys, text in CONTEXT_KEYS if keys.startswith("tab"))
     order = {"input": "prompt", "panel": "panel", "chat": "chat"}
@@ -595,7 +595,7 @@ def test_the_footer_ends_with_the_palette_key_and_no_stray_letter() -> None:
 
 
 def test_help_screen_snapshot(snap_compare) -> None:
-    from skippy_tui.ui.help import HelpScreen
+    from skippy_tui.ui.screens.help import HelpScreen
 
     async def run_before(pilot) -> None:
         pilot.app.query_one("PromptInput").cursor_blink = False
@@ -672,7 +672,7 @@ def test_while_models_load_the_status_bar_says_what_is_measured_and_why(monkeypa
     """The exactness probe can take minutes on a busy machine: the status bar names it and why."""
     import threading
 
-    from skippy_tui.engine.loader import PROBE_STAGE
+    from skippy_tui.engine.load.loader import PROBE_STAGE
 
     release = threading.Event()
 

@@ -22,15 +22,15 @@ from ui_helpers import CHAT_JSON, SIZE, run, ui_config, wait_for_screen, wait_un
 from skippy_tui.cli import main
 from skippy_tui.engine.chat import prompt_tokens
 from skippy_tui.engine.events import Event, ReplyFinished, StepVerified, SyncInfo
-from skippy_tui.engine.invariance import Invariance
+from skippy_tui.engine.native.invariance import Invariance
 from skippy_tui.transcript import Entry, Transcript
 from skippy_tui.ui import launch
 from skippy_tui.ui.app import SkippyApp
-from skippy_tui.ui.chat import AssistantMessage, UserMessage, Welcome
-from skippy_tui.ui.confirm import ConfirmDiscardScreen
-from skippy_tui.ui.inspector_screen import InspectorScreen
-from skippy_tui.ui.system_prompt_screen import SystemPromptScreen
-from skippy_tui.ui.tune_screen import TuneScreen
+from skippy_tui.ui.screens.confirm import ConfirmDiscardScreen
+from skippy_tui.ui.screens.inspector import InspectorScreen
+from skippy_tui.ui.screens.system_prompt import SystemPromptScreen
+from skippy_tui.ui.screens.tune import TuneScreen
+from skippy_tui.ui.widgets.chat import AssistantMessage, UserMessage, Welcome
 
 
 def _status(app: SkippyApp) -> str:
@@ -689,7 +689,7 @@ def test_status_bar_says_how_verification_stays_exact(speculator, monkeypatch: p
     probe's result on this build under the default profile (auto), then a limit of 7 rows, one row
     (auto: one batch, not bit-exact, and a warning says so; exact: row by row) and no limit;
     "not exact" with ``exact = false``; nothing when off."""
-    from skippy_tui.engine.exactness import NOT_BIT_EXACT
+    from skippy_tui.engine.policy.exactness import NOT_BIT_EXACT
 
     inv = speculator.invariance
     assert inv is not None and speculator.verify_rows == inv.chunk and speculator.speculation.profile == "auto"

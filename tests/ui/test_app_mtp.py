@@ -15,13 +15,13 @@ from typing import Any
 from textual.widgets import Select
 from ui_helpers import CHAT_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
 
-from skippy_tui.engine.loader import EngineSpec, load_speculator
-from skippy_tui.engine.native import LoadParams
+from skippy_tui.engine.load.loader import EngineSpec, load_speculator
+from skippy_tui.engine.native.model import LoadParams
 from skippy_tui.engine.settings import DRAFT_SOURCES, ModelSpec, SpeculationSettings
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
-from skippy_tui.ui.inspector_screen import InspectorScreen
-from skippy_tui.ui.tune_screen import TuneScreen
+from skippy_tui.ui.screens.inspector import InspectorScreen
+from skippy_tui.ui.screens.tune import TuneScreen
 from skippy_tui.ui.tuning import offered_sources
 
 LP = LoadParams(n_ctx=512, n_batch=64, n_ubatch=64, threads=1, threads_batch=1)

@@ -20,9 +20,9 @@ from skippy_tui.engine.events import ReplyFinished, StepVerified
 from skippy_tui.engine.settings import GenerationSettings
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
-from skippy_tui.ui.chat import AssistantMessage
 from skippy_tui.ui.launch import early_engine
-from skippy_tui.ui.tune_screen import TuneScreen
+from skippy_tui.ui.screens.tune import TuneScreen
+from skippy_tui.ui.widgets.chat import AssistantMessage
 
 PROMPT = "Tell me a long story about a dragon and a knight."
 

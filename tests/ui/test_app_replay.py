@@ -14,17 +14,17 @@ from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, run, ui_config, wait_for_s
 from skippy_tui.cli import build_parser, main
 from skippy_tui.config import Config, ConfigError, config_path
 from skippy_tui.engine.events import StepVerified, SyncInfo
-from skippy_tui.engine.sampling import SamplingParams
+from skippy_tui.engine.sampling.params import SamplingParams
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
-from skippy_tui.ui.chat import AssistantMessage, MessageWidget, SystemChange, SystemNote, UserMessage, Welcome
-from skippy_tui.ui.error_screen import ErrorScreen
-from skippy_tui.ui.inspector_screen import InspectorScreen
-from skippy_tui.ui.open_screen import OpenTranscriptScreen
-from skippy_tui.ui.render import visible
-from skippy_tui.ui.system_prompt_screen import SystemPromptScreen
+from skippy_tui.ui.screens.error import ErrorScreen
+from skippy_tui.ui.screens.inspector import InspectorScreen
+from skippy_tui.ui.screens.open import OpenTranscriptScreen
+from skippy_tui.ui.screens.system_prompt import SystemPromptScreen
+from skippy_tui.ui.screens.tune import TUNE_FIELDS, TuneScreen
 from skippy_tui.ui.themes import UiState, builtin_theme_dir, load_theme_file, load_themes
-from skippy_tui.ui.tune_screen import TUNE_FIELDS, TuneScreen
+from skippy_tui.ui.widgets.chat import AssistantMessage, MessageWidget, SystemChange, SystemNote, UserMessage, Welcome
+from skippy_tui.ui.widgets.render import visible
 
 
 def replay_app(config: Config | None = None, path: Path = CHAT_JSON) -> SkippyApp:
@@ -664,8 +664,8 @@ def test_quit_during_a_load_stops_the_load_without_an_error_dialog(monkeypatch: 
     import threading
     import time
 
-    from skippy_tui.engine import loader
     from skippy_tui.engine.errors import CancelledError
+    from skippy_tui.engine.load import loader
 
     started, stopped = threading.Event(), threading.Event()
 
@@ -768,7 +768,7 @@ def _copy(tmp_path: Path, src: Path = CHAT_JSON) -> Path:
 def test_new_chat_and_open_ask_first_only_when_the_chat_is_unsaved(tmp_path: Path) -> None:
     """Issue 12.1: Ctrl+N dropped the conversation at once. Saved (here: just opened) it still
     does; changed, a dialog asks: n/Esc keep it, Enter/y clear it."""
-    from skippy_tui.ui.confirm import ConfirmDiscardScreen
+    from skippy_tui.ui.screens.confirm import ConfirmDiscardScreen
 
     path = _copy(tmp_path)
 
@@ -808,7 +808,7 @@ def test_new_chat_and_open_ask_first_only_when_the_chat_is_unsaved(tmp_path: Pat
 
 
 def test_quit_with_an_unsaved_chat_asks_and_can_save_first(tmp_path: Path) -> None:
-    from skippy_tui.ui.confirm import ConfirmDiscardScreen
+    from skippy_tui.ui.screens.confirm import ConfirmDiscardScreen
 
     path = _copy(tmp_path)
 
@@ -833,7 +833,7 @@ def test_quit_with_an_unsaved_chat_asks_and_can_save_first(tmp_path: Path) -> No
 def test_the_error_dialogs_quit_asks_about_an_unsaved_chat_too(tmp_path: Path) -> None:
     """A failed load's dialog has a Quit button; with a chat kept nowhere it asks first, like Ctrl+Q."""
     from skippy_tui.engine.errors import ModelFileError
-    from skippy_tui.ui.confirm import ConfirmDiscardScreen
+    from skippy_tui.ui.screens.confirm import ConfirmDiscardScreen
 
     path = _copy(tmp_path)
 
@@ -857,7 +857,7 @@ def test_the_error_dialogs_quit_asks_about_an_unsaved_chat_too(tmp_path: Path) -
 
 
 def test_quit_twice_quits_without_saving_and_autosave_saves_instead_of_asking(tmp_path: Path) -> None:
-    from skippy_tui.ui.confirm import ConfirmDiscardScreen
+    from skippy_tui.ui.screens.confirm import ConfirmDiscardScreen
 
     path = _copy(tmp_path)
 

@@ -17,8 +17,8 @@ from helpers import load
 from ui_helpers import SIZE, run, ui_config, wait_until
 
 from skippy_tui.ui.app import SkippyApp
-from skippy_tui.ui.chat import AssistantMessage, UserMessage
 from skippy_tui.ui.context_fit import ContextNote
+from skippy_tui.ui.widgets.chat import AssistantMessage, UserMessage
 
 LONG = "The lighthouse keeper counted the ships that passed, one by one, every night. " * 20  # ~1,600 chars
 

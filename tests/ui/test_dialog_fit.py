@@ -19,10 +19,10 @@ from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.button_row import row_form
 from skippy_tui.ui.clipboard import CodeBlockScreen
-from skippy_tui.ui.error_screen import ErrorScreen
-from skippy_tui.ui.history_screen import ConfirmDeleteScreen, HistoryScreen, RenameScreen
-from skippy_tui.ui.inspector_screen import InspectorScreen
-from skippy_tui.ui.model_picker import picker_for
+from skippy_tui.ui.screens.error import ErrorScreen
+from skippy_tui.ui.screens.history import ConfirmDeleteScreen, HistoryScreen, RenameScreen
+from skippy_tui.ui.screens.inspector import InspectorScreen
+from skippy_tui.ui.screens.model_picker import picker_for
 
 SIZES = [(40, 15), (60, 20), (80, 24), (140, 40)]  # 40x15: the smallest the layout keeps the chat usable at
 LONG = (

@@ -21,9 +21,9 @@ from skippy_tui.engine.chat import prompt_tokens
 from skippy_tui.history import HistoryStore
 from skippy_tui.transcript import Entry, Transcript, model_pair
 from skippy_tui.ui.app import SkippyApp
-from skippy_tui.ui.chat import AssistantMessage, MessageWidget, UserMessage
-from skippy_tui.ui.history_screen import ConfirmDeleteScreen, HistoryScreen, RenameScreen
-from skippy_tui.ui.system_prompt_screen import SystemPromptScreen
+from skippy_tui.ui.screens.history import ConfirmDeleteScreen, HistoryScreen, RenameScreen
+from skippy_tui.ui.screens.system_prompt import SystemPromptScreen
+from skippy_tui.ui.widgets.chat import AssistantMessage, MessageWidget, UserMessage
 
 
 def _store() -> HistoryStore:

@@ -18,9 +18,9 @@ from skippy_tui.engine.events import ReplyFinished, StepVerified, SyncInfo
 from skippy_tui.engine.stats import AcceptanceStats
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
-from skippy_tui.ui.chat import AssistantMessage
-from skippy_tui.ui.render import SYNC_LEGEND, proposal_cell
-from skippy_tui.ui.timeline import PAD
+from skippy_tui.ui.widgets.chat import AssistantMessage
+from skippy_tui.ui.widgets.render import SYNC_LEGEND, proposal_cell
+from skippy_tui.ui.widgets.timeline import PAD
 
 SIZES = [(80, 24), (90, 25), (100, 30), (120, 40), (150, 42), (200, 50)]
 
@@ -326,7 +326,7 @@ def test_a_timeline_row_is_rendered_once_while_rows_are_added() -> None:
 
 
 def test_the_timeline_cursor_moves_by_keys_and_a_click_on_it_inspects() -> None:
-    from skippy_tui.ui.inspector_screen import InspectorScreen
+    from skippy_tui.ui.screens.inspector import InspectorScreen
 
     async def body() -> None:
         app = layout_app()

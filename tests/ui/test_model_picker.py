@@ -19,14 +19,13 @@ import pytest
 from ui_helpers import CHAT_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.config import Config
-from skippy_tui.engine import loader
 from skippy_tui.engine.chat import prompt_tokens
 from skippy_tui.engine.events import StepVerified
+from skippy_tui.engine.load import loader
 from skippy_tui.engine.settings import DRAFT_SOURCES
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
-from skippy_tui.ui.chat import UserMessage
-from skippy_tui.ui.model_picker import (
+from skippy_tui.ui.screens.model_picker import (
     BUILTIN_ID,
     MODEL_SOURCES,
     NGRAM_ID,
@@ -36,6 +35,7 @@ from skippy_tui.ui.model_picker import (
     ModelPickerScreen,
     SwitchFailedScreen,
 )
+from skippy_tui.ui.widgets.chat import UserMessage
 
 GEMMA_NAME = "Gemma 3 270m"  # general.name of the Gemma fixture, as the library lists it
 
@@ -502,8 +502,8 @@ def test_f5_with_models_loaded_rereads_the_config(speculator: Any, library: Path
     step; a new target loads the pair again as F8 does (the conversation stays) and the
     session's F3 k carries over unless the file changed it; a bad file keeps the models."""
     from skippy_tui.config import load_config
-    from skippy_tui.engine.loader import LIVE_SPECULATION
-    from skippy_tui.ui.error_screen import ErrorScreen
+    from skippy_tui.engine.load.loader import LIVE_SPECULATION
+    from skippy_tui.ui.screens.error import ErrorScreen
 
     cfg_file = tmp_path / "config.toml"
     cfg_file.write_text("[generation]\nmax_tokens = 6\n", "utf-8")

@@ -7,10 +7,10 @@ import dataclasses
 import pytest
 
 from skippy_tui.engine.events import ReplyFinished, Rollback, StepVerified, SyncInfo, TextSpan, TokenInfo
-from skippy_tui.engine.sampling import SamplingParams
+from skippy_tui.engine.sampling.params import SamplingParams
 from skippy_tui.engine.settings import GenerationSettings
 from skippy_tui.ui.generation import LiveGeneration
-from skippy_tui.ui.render import (
+from skippy_tui.ui.widgets.render import (
     SYNC_LEGEND,
     Part,
     bar,
@@ -81,7 +81,7 @@ def test_live_generation_reads_sampling_at_each_access() -> None:
 
 
 def test_step_bars_use_an_absolute_scale() -> None:
-    from skippy_tui.ui.render import step_bars
+    from skippy_tui.ui.widgets.render import step_bars
 
     t = step_bars([4, 4, 2, 0, None], 4, 10, "g", "r")
     top, bottom = t.plain.split("\n")

@@ -14,9 +14,9 @@ from ui_helpers import SIZE, run, wait_for_screen, wait_until
 from skippy_tui.config import Config, config_path, load_config, read_saved
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.commands import SkippyCommands
-from skippy_tui.ui.model_picker import NONE_ID, ModelPickerScreen
-from skippy_tui.ui.system_prompt_screen import SystemPromptScreen
-from skippy_tui.ui.tune_screen import TuneScreen
+from skippy_tui.ui.screens.model_picker import NONE_ID, ModelPickerScreen
+from skippy_tui.ui.screens.system_prompt import SystemPromptScreen
+from skippy_tui.ui.screens.tune import TuneScreen
 
 
 def _launch_config(lib: Path) -> Config:

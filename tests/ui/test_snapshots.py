@@ -15,9 +15,9 @@ from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, ui_config, wait_for_screen
 
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
-from skippy_tui.ui.error_screen import ErrorScreen
-from skippy_tui.ui.inspector_screen import InspectorScreen
-from skippy_tui.ui.tune_screen import TuneScreen
+from skippy_tui.ui.screens.error import ErrorScreen
+from skippy_tui.ui.screens.inspector import InspectorScreen
+from skippy_tui.ui.screens.tune import TuneScreen
 
 
 def replay_app(path: Path = CHAT_JSON, **ui: object) -> SkippyApp:
@@ -132,7 +132,7 @@ def test_layout_small_terminal_panel_shown_with_f6(snap_compare) -> None:
 
 
 def test_confirm_before_quitting_an_unsaved_chat(snap_compare) -> None:
-    from skippy_tui.ui.confirm import ConfirmDiscardScreen
+    from skippy_tui.ui.screens.confirm import ConfirmDiscardScreen
 
     async def run_before(pilot) -> None:
         pilot.app.transcript.system_prompt = "Be brief."  # changed since it was opened

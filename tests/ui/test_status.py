@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 from skippy_tui.engine.events import ReplyFinished
-from skippy_tui.engine.sampling import SamplingParams
+from skippy_tui.engine.sampling.params import SamplingParams
 from skippy_tui.transcript import Entry
-from skippy_tui.ui.render import fit_parts
 from skippy_tui.ui.status import SEPARATOR, StatusState, last_tps, model_descriptions, sampling_status, status_parts
+from skippy_tui.ui.widgets.render import fit_parts
 
 RECORDED = {
     "target": {"path": "/m/SmolLM2-135M-Instruct-f32.gguf", "name": "SmolLM2 135M Instruct", "file_type": "F32"},
@@ -122,7 +122,7 @@ def test_the_status_names_the_source_in_force_and_how_a_hybrid_target_rolls_back
 
 
 def test_while_loading_it_says_the_stage_and_why_and_narrows_to_what() -> None:
-    from skippy_tui.engine.loader import PROBE_STAGE
+    from skippy_tui.engine.load.loader import PROBE_STAGE
 
     st = _state(loading=True, load_stage=PROBE_STAGE)
     assert _line(st) == PROBE_STAGE and "exact" in PROBE_STAGE  # what is measured, and why
@@ -134,7 +134,7 @@ def test_while_loading_it_says_the_stage_and_why_and_narrows_to_what() -> None:
 def test_the_status_shows_the_profile_in_force_and_whether_replies_are_bit_exact() -> None:
     """Issue 56: auto (the default) says when this build certifies no verify batch: one batch,
     not bit-exact; that field outlasts the backend and the model names on a narrow bar."""
-    from skippy_tui.engine.invariance import Invariance
+    from skippy_tui.engine.native.invariance import Invariance
     from skippy_tui.engine.settings import SpeculationSettings
 
     def line(profile: str, inv: Invariance | None, exact: bool = True, width: int = 500) -> str:
@@ -159,7 +159,7 @@ def test_the_status_says_where_each_model_runs() -> None:
     """The backend field is the models' placement: one name when both run there, else per model."""
     from types import SimpleNamespace
 
-    from skippy_tui.engine.rpc import devices_label
+    from skippy_tui.engine.native.rpc import devices_label
 
     def spec(target: str, draft: str | None) -> SimpleNamespace:
         t = SimpleNamespace(placement=target)
@@ -177,7 +177,7 @@ def test_the_status_says_where_each_model_runs() -> None:
 
 
 def test_placement_names_the_devices_and_the_cpu_where_layers_stay() -> None:
-    from skippy_tui.engine.native_devices import placement
+    from skippy_tui.engine.native.devices import placement
 
     assert placement([], -1, 30) == "CPU"  # a CPU build: no accelerator
     assert placement(["CUDA0"], -1, 30) == "CUDA0"

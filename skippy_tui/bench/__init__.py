@@ -1,0 +1,1 @@
+"""``skippy-tui bench`` and the draft finder's measuring run."""

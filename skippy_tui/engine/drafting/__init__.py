@@ -1,0 +1,1 @@
+"""Draft sources (draft model, n-gram, combined, MTP heads) and the KV caches they sync."""

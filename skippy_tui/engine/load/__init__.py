@@ -1,0 +1,1 @@
+"""From settings and GGUF headers to a ready speculator: facts, checks, loading."""

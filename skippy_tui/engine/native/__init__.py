@@ -1,0 +1,1 @@
+"""Everything that calls llama.cpp or libggml: models, contexts, devices, RPC, memory."""

@@ -1,0 +1,1 @@
+"""Sampling settings, public noise, and the verification rules."""
