@@ -76,6 +76,7 @@ async def _unreachable(pilot: Any, screen: ModalScreen) -> list[str]:
     for widget in [w for w in dialog.query("*") if w.focusable and w.display]:  # not a closed Select's overlay
         widget.focus()
         await pilot.pause()
+        await pilot.wait_for_scheduled_animations()  # focusing scrolls smoothly: judge where it stops
         if not dialog.region.contains_region(widget.region):
             out.append(f"{type(widget).__name__}#{widget.id} {widget.region} not in view of {dialog.region}")
     return out
