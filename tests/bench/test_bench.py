@@ -13,7 +13,7 @@ from skippy_tui.bench.render import render_identity, render_text
 from skippy_tui.bench.run import run_bench, run_greedy_reference, run_identity
 from skippy_tui.bench.sampler import resize_row, sampler_cost
 from skippy_tui.bench.stats import Cell, IdentityCase, identity_summary, rollback_summary, summarise
-from skippy_tui.bench.suite import SUITE, Method, methods_for
+from skippy_tui.bench.suite import SUITE, methods_for
 from skippy_tui.cli import build_parser, main
 from skippy_tui.engine.sampling.params import SamplingParams
 from skippy_tui.engine.settings import GenerationSettings
@@ -147,7 +147,6 @@ def test_progress_bar_lines():
     p.update("chat plain")
     p.update("chat k=2")
     assert s.text.count("\n") == 2 and "2/4 chat k=2" in s.text
-    assert isinstance(Method("x", {}), Method)
 
 
 # -- sampling (issue 7) ---------------------------------------------------------------

@@ -13,10 +13,9 @@ import pytest
 from rich.text import Text
 from textual import events
 from textual.widgets import Input
-from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
+from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, replay_app, run, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.cli import main
-from skippy_tui.engine.bounds import ContextCapacity, validate_capacity
 from skippy_tui.engine.load.labels import model_label
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
@@ -25,10 +24,6 @@ from skippy_tui.ui.screens.inspector import InspectorScreen, rejection_reason
 from skippy_tui.ui.screens.tune import TuneScreen
 from skippy_tui.ui.widgets.chat import AssistantMessage
 from skippy_tui.ui.widgets.render import visible
-
-
-def replay_app(path: Path = CHAT_JSON) -> SkippyApp:
-    return SkippyApp(ui_config(), transcript=Transcript.load(path), transcript_path=path, load_models=False)
 
 
 async def _inspect(app: SkippyApp, pilot, row: int) -> InspectorScreen:
@@ -43,7 +38,7 @@ def _head(screen: InspectorScreen) -> str:
     return str(screen.query_one("#inspect-head").render())
 
 
-# -- fault 7: inspector wording -------------------------------------------------------------
+# -- the inspector's wording ------------------------------------------------------------------
 
 
 def test_inspector_says_positions_after_the_first_rejection_were_not_checked() -> None:
@@ -111,104 +106,7 @@ def test_rejection_reason_names_the_rule_that_applied() -> None:
     assert rejection_reason(st, {}).startswith("greedy:")  # not recorded: an old, greedy transcript
 
 
-# -- fault 8: the F3 dialog -------------------------------------------------------------------
-
-
-def test_tune_dialog_names_the_field_and_what_it_allows() -> None:
-    bad = [
-        (
-            "n_draft",
-            "abc",
-            "n_draft: 'abc' is not \"auto\" or a whole number; allowed: tokens per proposal (k): auto, or 1..4096",
-        ),
-        ("n_draft", "2.5", "n_draft: '2.5' is not \"auto\" or a whole number; allowed:"),
-        ("n_draft", "0", "n_draft = 0 is out of bounds; allowed: tokens per proposal (k): auto, or 1..4096"),
-        ("top_k", "-1", "top_k = -1 is out of bounds; allowed: keep the k most likely tokens: 0 = off, or k ≥ 1"),
-        ("top_p", "1.5", "top_p = 1.5 is out of bounds; allowed: nucleus: 0..1, 1 = off"),
-        ("min_p", "x", "min_p: 'x' is not a number; allowed: drop tokens below min_p × the top p: 0..1, 0 = off"),
-        ("max_tokens", "0", "max_tokens = 0 is out of bounds; allowed: reply length cap: 1..1048576"),
-        ("max_tokens", "many", "max_tokens: 'many' is not a whole number; allowed: reply length cap: 1..1048576"),
-    ]
-
-    async def body() -> None:
-        app = SkippyApp(ui_config(), load_models=False)
-        before = (app.sampling, app.generation)
-        async with app.run_test(size=SIZE) as pilot:
-            await pilot.press("f3")
-            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
-            for key, value, message in bad:
-                field = screen.query_one(f"#{key}")
-                good, field.value = field.value, value
-                field.focus()
-                await pilot.press("enter")
-                assert app.screen is screen, key
-                shown = str(screen.query_one("#tune-error").render())
-                assert message in shown, (key, value, shown)
-                assert "invalid literal" not in shown
-                field.value = good
-            assert (app.sampling, app.generation) == before
-
-    run(body())
-
-
-def test_tune_dialog_says_how_long_a_draft_the_loaded_batch_can_verify() -> None:
-    """F3 allows n_draft up to 4096, but a verify batch of k + 1 rows must fit the loaded n_batch (512
-    by default): the refusal gives the largest k that fits and where to raise the batch."""
-
-    def apply(values: dict) -> None:  # what Speculator.update checks for a longer k
-        validate_capacity(ContextCapacity("target", 512, 512), ContextCapacity("draft", 512, 512), values["n_draft"])
-
-    async def body() -> None:
-        app = SkippyApp(ui_config(), load_models=False)
-        async with app.run_test(size=SIZE) as pilot:
-            screen = TuneScreen(4, 0.0, app.sampling, apply=apply)
-            await app.push_screen(screen)
-            screen.query_one("#n_draft", Input).value = "1000"
-            screen.query_one("#n_draft").focus()
-            await pilot.press("enter")
-            assert app.screen is screen
-            shown = str(screen.query_one("#tune-error").render())
-            assert shown.startswith("n_draft is at most 511 with the models loaded: target.n_batch = 512"), shown
-            assert "Set n_batch under [target] in the config file" in shown
-            screen.query_one("#n_draft", Input).value = "511"
-            await pilot.press("enter")
-            await wait_until(pilot, lambda: app.screen is not screen, 5, "511 to apply")
-
-    run(body())
-
-
-def test_tune_dialog_sets_top_k_top_p_min_p_and_max_tokens() -> None:
-    async def body() -> None:
-        app = SkippyApp(ui_config(max_tokens=8), load_models=False)
-        async with app.run_test(size=SIZE) as pilot:
-            await pilot.press("f3")
-            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
-            assert screen.query_one("#max_tokens").value == "8"
-            values = {"top_k": "7", "top_p": "0.5", "min_p": "0.1", "max_tokens": "33"}
-            for key, value in values.items():
-                screen.query_one(f"#{key}").value = value
-            await pilot.click("#apply")
-            await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "apply")
-            assert (app.sampling.top_k, app.sampling.top_p, app.sampling.min_p) == (7, 0.5, 0.1)
-            assert app.generation.max_tokens == 33
-            assert "max_tokens=33 from the next reply" in list(app._notifications)[-1].message
-            # the palette's own "Set …" entries open the dialog on their field
-            from skippy_tui.ui.commands import SkippyCommands
-
-            commands = {action: title for title, _, action in SkippyCommands(app.screen)._commands()}
-            for key in values:
-                assert commands[f"tune('{key}')"].startswith(f"Set {key}")
-                await app.run_action(f"tune('{key}')")
-                screen = await wait_for_screen(pilot, app, TuneScreen, 5)
-                assert app.focused is screen.query_one(f"#{key}"), key
-                assert screen.query_one(f"#{key}").value == values[key]
-                await pilot.press("escape")
-                await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "close")
-
-    run(body())
-
-
-# -- fault 10: names ----------------------------------------------------------------------------
+# -- names -----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -262,7 +160,7 @@ def test_cli_help_says_no_command_opens_the_app_and_where_keys_are(capsys: pytes
     assert "commands (none: open the app)" in out
 
 
-# -- fault 6: keyboard only, help ---------------------------------------------------------------
+# -- keyboard only, help ----------------------------------------------------------------------
 
 
 def _shown(app: SkippyApp) -> list[bool]:
@@ -384,7 +282,7 @@ def test_f1_help_lists_the_keys_the_panel_columns_badges_and_colours() -> None:
     run(body())
 
 
-# -- fault 9: copy ------------------------------------------------------------------------------
+# -- copy ---------------------------------------------------------------------------------------
 
 TWO_BLOCKS = "Two ways:\n\n```python\nprint(1)\n```\n\nor\n\n~~~sh\necho 1\nls\n~~~\n"
 
@@ -451,35 +349,6 @@ def test_alt_c_from_a_terminal_copies_and_types_nothing() -> None:
                 await pilot.pause()
                 assert app.clipboard == transcript.entries[-1].content, focus
                 assert app.prompt.text == "", (focus, app.prompt.text)
-
-    run(body())
-
-
-def test_keys_typed_fast_after_tab_in_f3_land_in_the_next_field() -> None:
-    """A terminal delivers "<tab>4230" in one read; Textual forwarded the digits to the field
-    still focused while the tab waited in that field's own queue (min_p became 4230, the
-    seed was meant). Tab is a priority binding of the dialog now: the focus moves first."""
-    from skippy_tui.ui.screens.tune import TuneScreen
-
-    async def body() -> None:
-        app = replay_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await pilot.press("f3")
-            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
-            min_p = screen.query_one("#min_p")
-            min_p.focus()
-            await pilot.pause()
-            before = min_p.value
-            seed = screen.query_one("#seed")
-            seed.value = ""
-            _one_read(app, ("tab", None), ("4", "4"), ("2", "2"), ("3", "3"), ("0", "0"))
-            await pilot.pause()
-            await pilot.pause()
-            assert (min_p.value, seed.value) == (before, "4230")
-            _one_read(app, ("shift+tab", None), ("9", "9"))
-            await pilot.pause()
-            await pilot.pause()
-            assert (min_p.value, seed.value) == ("9", "4230")  # a field focused by tab has its text selected
 
     run(body())
 

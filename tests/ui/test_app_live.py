@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ui_helpers import CHAT_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
+from ui_helpers import CHAT_JSON, SIZE, run, status_text, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.cli import main
 from skippy_tui.engine.chat import prompt_tokens
@@ -31,10 +31,6 @@ from skippy_tui.ui.screens.inspector import InspectorScreen
 from skippy_tui.ui.screens.system_prompt import SystemPromptScreen
 from skippy_tui.ui.screens.tune import TuneScreen
 from skippy_tui.ui.widgets.chat import AssistantMessage, UserMessage, Welcome
-
-
-def _status(app: SkippyApp) -> str:
-    return str(app.query_one("#status").render())
 
 
 def _proposes(step: StepVerified) -> bool:
@@ -131,7 +127,7 @@ def test_send_streams_text_and_step_rows(speculator) -> None:
             assert app.panel.timeline.row_count == len(entry.steps) == fin.n_steps == len(shown)
             assert "".join(s.text for s in entry.spans()) == fin.text
             assert all(_proposes(st) for st in entry.steps)  # speculation ran, k=4 each step
-            status = _status(app)
+            status = status_text(app)
             for part in ("F32", "Q4_1", "CPU", f"ctx {fin.n_past}/4096", "spec on k=4", "greedy"):
                 assert part in status
             # the inspector opens on a step
@@ -533,7 +529,7 @@ async def _continue_replayed(app: SkippyApp, pilot, saved: Transcript, same_pair
     await wait_until(pilot, lambda: app.speculator is not None, 240, "the models to load")
     spec = same_pair
     assert app.owns_speculator and not app.replay and app.transcript == saved
-    assert "spec on" in _status(app) and "replay" not in _status(app)
+    assert "spec on" in status_text(app) and "replay" not in status_text(app)
     question = "And what is 3+3?"
     conversation = _prompt(spec, saved, question)
     alone = _prompt(spec, Transcript(), question)
@@ -586,7 +582,7 @@ def test_f5_loads_the_models_into_a_replay_and_continues(speculator: Any) -> Non
 
     async def body() -> None:
         async with app.run_test(size=SIZE) as pilot:
-            assert app.replay and app.speculator is None and "no models loaded (f5 loads them)" in _status(app)
+            assert app.replay and app.speculator is None and "no models loaded (f5 loads them)" in status_text(app)
             await pilot.press("f5")
             await wait_until(pilot, lambda: app.loading or app.speculator is not None, 5, "the load to start")
             await _continue_replayed(app, pilot, Transcript.load(CHAT_JSON), speculator)
@@ -622,34 +618,19 @@ def test_f4_turns_speculation_off_and_on_again(speculator) -> None:
     async def body() -> None:
         app = SkippyApp(ui_config(max_tokens=8), speculator=speculator)
         async with app.run_test(size=SIZE) as pilot:
-            assert "spec on k=4" in _status(app)
+            assert "spec on k=4" in status_text(app)
             await pilot.press("f4")
-            await wait_until(pilot, lambda: "spec off" in _status(app), 5, "the status to say off")
+            await wait_until(pilot, lambda: "spec off" in status_text(app), 5, "the status to say off")
             await _reply(app, pilot, "Name a colour.")
             off = app.transcript.entries[-1]
             assert not off.started.speculative and off.finish.n_drafted == 0
             assert off.steps and all(not st.proposed and st.k_reason == "speculation off" for st in off.steps)
             await pilot.press("f4")
-            await wait_until(pilot, lambda: "spec on k=4" in _status(app), 5, "the status to say on")
+            await wait_until(pilot, lambda: "spec on k=4" in status_text(app), 5, "the status to say on")
             await _reply(app, pilot, "Name a fruit.")
             on = app.transcript.entries[-1]
             assert on.started.speculative and on.finish.n_drafted > 0
             assert all(_proposes(st) for st in on.steps)
-
-    run(body())
-
-
-def test_f3_says_which_settings_the_draft_model_runs_with(speculator) -> None:
-    """The default pair's draft is another file: it runs with flash attention "auto", its own
-    default, and F3 says so beside the target's (a self-pair would run with the target's)."""
-
-    async def body() -> None:
-        app = SkippyApp(ui_config(), speculator=speculator)
-        async with app.run_test(size=SIZE) as pilot:
-            await pilot.press("f3")
-            screen = await wait_for_screen(pilot, app, TuneScreen, 10)
-            said = str(screen.query_one("#tune-draft").render())
-            assert said.startswith("draft model runs with its own: flash_attn auto (target off), repack off"), said
 
     run(body())
 
@@ -669,7 +650,7 @@ def test_ctrl_n_clears_the_chat_and_the_next_reply_starts_from_empty_caches(spec
             await wait_until(pilot, lambda: not app.transcript.entries and bool(app.query(Welcome)), 5, "a new chat")
             assert not app.query(UserMessage) and not app.query(AssistantMessage)
             assert app.transcript_path is None and app.panel.timeline.row_count == 0
-            assert "ctx 0/4096" in _status(app)
+            assert "ctx 0/4096" in status_text(app)
             # the same first message again: kept caches would make this a truncate, a new chat resets them
             await _reply(app, pilot, "Name a colour.")
             started = app.transcript.entries[-1].started
@@ -681,7 +662,7 @@ def test_ctrl_n_clears_the_chat_and_the_next_reply_starts_from_empty_caches(spec
 
 
 def _exact_part(app: SkippyApp) -> list[str]:
-    return [p for p in _status(app).split(" │ ") if p.startswith(("exact", "not exact", "auto: "))]
+    return [p for p in status_text(app).split(" │ ") if p.startswith(("exact", "not exact", "auto: "))]
 
 
 def test_status_bar_says_how_verification_stays_exact(speculator, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -730,6 +711,6 @@ def test_status_bar_says_how_verification_stays_exact(speculator, monkeypatch: p
             assert _exact_part(app) == ["not exact"]
             speculator.update(enabled=False)
             app._update_status()
-            assert _exact_part(app) == [] and "spec off" in _status(app)
+            assert _exact_part(app) == [] and "spec off" in status_text(app)
 
     run(body())

@@ -12,7 +12,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from textual.widgets import Select
 from ui_helpers import CHAT_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.engine.load.loader import EngineSpec, load_speculator
@@ -21,7 +20,6 @@ from skippy_tui.engine.settings import DRAFT_SOURCES, ModelSpec, SpeculationSett
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.screens.inspector import InspectorScreen
-from skippy_tui.ui.screens.tune import TuneScreen
 from skippy_tui.ui.tuning import offered_sources
 
 LP = LoadParams(n_ctx=512, n_batch=64, n_ubatch=64, threads=1, threads_batch=1)
@@ -32,10 +30,6 @@ def load(target: Path, cache_dir: Path, draft: Path | None = None, **speculation
     settings = SpeculationSettings(**{"enabled": True, "n_draft": 4, **speculation})
     spec = EngineSpec(ModelSpec(target, LP), ModelSpec(draft, LP) if draft else None, settings, cache_dir, True)
     return load_speculator(spec)
-
-
-def _status(app: SkippyApp) -> str:
-    return str(app.query_one("#status").render())
 
 
 def test_offered_sources_follow_what_is_loaded() -> None:
@@ -54,50 +48,6 @@ def test_offered_sources_follow_what_is_loaded() -> None:
     sources, note = offered_sources(spec(False, False))  # heads in the file, not loaded
     assert sources == ("auto", "ngram") and 'choose "integrated MTP" in F8' in note
     assert "runs one MTP block" in offered_sources(spec(False, False, n_nextn=2))[1]
-
-
-def test_f3_offers_mtp_with_the_heads_loaded_and_switches_to_it(tiny_qwen35_mtp_echo: Path, cache_dir: Path) -> None:
-    speculator = load(tiny_qwen35_mtp_echo, cache_dir, source="ngram")
-
-    async def body() -> None:
-        app = SkippyApp(ui_config(ui={"engine": "thread"}), speculator=speculator)
-        async with app.run_test(size=SIZE) as pilot:
-            assert "spec on ngram k=4" in _status(app) and "draft: MTP heads" in _status(app)
-            await pilot.press("f3")
-            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
-            choice = screen.query_one("#source", Select)
-            assert choice.value == "ngram" and not screen.query("#source-note")
-            assert [v for _, v in choice._options] == list(DRAFT_SOURCES)  # model sources draft with the heads
-            choice.value = "mtp"
-            await pilot.click("#apply")
-            await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "apply")
-            assert speculator.speculation.source == "mtp" and speculator.drafter is speculator.mtp_drafter
-            assert "source=mtp" in list(app._notifications)[-1].message
-            await wait_until(pilot, lambda: "spec on mtp k=4" in _status(app), 5, "the status to name mtp")
-            assert "rollback: snapshot" in _status(app)
-
-    try:
-        run(body())
-    finally:
-        speculator.close()
-
-
-def test_f3_without_heads_offers_no_mtp_and_says_why(tiny_qwen35_echo: Path, cache_dir: Path) -> None:
-    speculator = load(tiny_qwen35_echo, cache_dir, source="ngram")
-
-    async def body() -> None:
-        app = SkippyApp(ui_config(ui={"engine": "thread"}), speculator=speculator)
-        async with app.run_test(size=SIZE) as pilot:
-            await pilot.press("f3")
-            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
-            assert [v for _, v in screen.query_one("#source", Select)._options] == ["auto", "ngram"]
-            note = str(screen.query_one("#source-note").render())
-            assert note == "no mtp: the target cannot draft with MTP heads (the file has no MTP (NextN) layers)"
-
-    try:
-        run(body())
-    finally:
-        speculator.close()
 
 
 async def _inspect(app: SkippyApp, pilot: Any, row: int) -> str:

@@ -9,26 +9,20 @@ import pytest
 from textual.color import Color
 from textual.command import CommandList, CommandPalette
 from textual.widgets import DataTable, Input, Static
-from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
+from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, replay_app, run, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.cli import build_parser, main
 from skippy_tui.config import Config, ConfigError, config_path
 from skippy_tui.engine.events import StepVerified, SyncInfo
-from skippy_tui.engine.sampling.params import SamplingParams
 from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.screens.error import ErrorScreen
 from skippy_tui.ui.screens.inspector import InspectorScreen
 from skippy_tui.ui.screens.open import OpenTranscriptScreen
 from skippy_tui.ui.screens.system_prompt import SystemPromptScreen
-from skippy_tui.ui.screens.tune import TUNE_FIELDS, TuneScreen
 from skippy_tui.ui.themes import UiState, builtin_theme_dir, load_theme_file, load_themes
 from skippy_tui.ui.widgets.chat import AssistantMessage, MessageWidget, SystemChange, SystemNote, UserMessage, Welcome
 from skippy_tui.ui.widgets.render import visible
-
-
-def replay_app(config: Config | None = None, path: Path = CHAT_JSON) -> SkippyApp:
-    return SkippyApp(config or ui_config(), transcript=Transcript.load(path), transcript_path=path, load_models=False)
 
 
 async def _inspect(app: SkippyApp, pilot, row: int) -> InspectorScreen:
@@ -416,98 +410,6 @@ def test_input_enter_sends_ctrl_j_newline_and_history_recall() -> None:
     run(body())
 
 
-def test_tune_dialog_checks_bounds() -> None:
-    async def body() -> None:
-        app = SkippyApp(ui_config(), load_models=False)
-        async with app.run_test(size=SIZE) as pilot:
-            await pilot.press("f3")
-            await wait_for_screen(pilot, app, TuneScreen, 5)
-            screen = app.screen
-            screen.query_one("#n_draft").value = "0"
-            await pilot.press("enter")
-            assert app.screen is screen and app.config.get("speculation", "n_draft") == "auto"  # refused
-            assert "n_draft" in str(screen.query_one("#tune-error").render())
-            screen.query_one("#n_draft").value = "6"
-            await pilot.press("tab", "tab", "tab")  # past p_min and the source, to the temperature field
-            assert app.focused is screen.query_one("#temperature")
-            await pilot.press("backspace", *"0.7", "enter")
-            await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "apply")
-            assert app.sampling.temperature == 0.7 and app.config.get("speculation", "n_draft") == 6
-
-    run(body())
-
-
-def test_tune_dialog_sets_seed_sampler_and_penalties() -> None:
-    async def body() -> None:
-        app = SkippyApp(ui_config(), load_models=False)
-        async with app.run_test(size=SIZE) as pilot:
-            await pilot.press("f3")
-            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
-            assert screen.query_one("#seed").value == "random"  # the default: a new seed per reply
-            assert "seed: next reply" in str(screen.query_one("#dialog").border_subtitle)
-            values = {"temperature": "0.8", "seed": "42", "repeat_penalty": "1.1", "repeat_last_n": "-1"}
-            values |= {"presence_penalty": "0.5", "frequency_penalty": "0.25"}
-            for key, value in values.items():
-                screen.query_one(f"#{key}").value = value
-            screen.query_one("#sampler").focus()
-            await pilot.press("enter", "down", "enter")  # open the choice, pick the next one
-            assert screen.query_one("#sampler").value == "rejection"
-            await pilot.click("#apply")
-            await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "apply")
-            assert app.sampling == SamplingParams(
-                temperature=0.8, seed=42, sampler="rejection", repeat_penalty=1.1, repeat_last_n=-1,
-                presence_penalty=0.5, frequency_penalty=0.25,
-            )  # fmt: skip
-            notice = list(app._notifications)[-1].message
-            assert "rejection T=0.8" in notice and "Seed 42 from the next reply" in notice
-            # reopened, the dialog shows them; "random" (or nothing) goes back to a seed per reply
-            await pilot.press("f3")
-            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
-            assert screen.query_one("#seed").value == "42"
-            assert screen.query_one("#sampler").value == "rejection"
-            assert screen.query_one("#repeat_last_n").value == "-1"
-            screen.query_one("#seed").value = ""
-            await pilot.press("enter")
-            await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "apply")
-            assert app.sampling.seed is None and app.sampling.repeat_penalty == 1.1
-
-    run(body())
-
-
-def test_tune_dialog_refuses_bad_values_and_changes_nothing() -> None:
-    bad = [
-        ("seed", "abc", "seed: 'abc' is not \"random\" or a whole number"),
-        ("seed", "-1", "seed = -1 is out of bounds"),
-        ("temperature", "warm", "temperature: 'warm' is not a number"),
-        ("repeat_penalty", "0", "repeat_penalty = 0.0 is out of bounds"),
-        ("repeat_last_n", "-2", "repeat_last_n = -2 is out of bounds"),
-        ("repeat_last_n", "1.5", "repeat_last_n: '1.5' is not a whole number"),
-        ("presence_penalty", "nan", "presence_penalty = nan is out of bounds"),
-        ("frequency_penalty", "1e9", "frequency_penalty = 1000000000.0 is out of bounds"),
-    ]
-
-    async def body() -> None:
-        app = SkippyApp(ui_config(), load_models=False)
-        before = app.sampling
-        async with app.run_test(size=SIZE) as pilot:
-            await pilot.press("f3")
-            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
-            for key, value, message in bad:
-                field = screen.query_one(f"#{key}")
-                good, field.value = field.value, value
-                field.focus()
-                await pilot.press("enter")
-                assert app.screen is screen, key
-                assert message in str(screen.query_one("#tune-error").render()), (key, value)
-                assert app.sampling is before
-                field.value = good
-            await pilot.press("escape")
-            await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "cancel")
-            assert app.sampling is before
-
-    run(body())
-
-
 def test_ctrl_s_on_an_unchanged_replay_leaves_the_file_as_it_was(tmp_path: Path) -> None:
     """Saving rewrote the replayed file with this session's config, models and versions in
     place of the record of the ones that made it; unchanged, Ctrl+S now says so and writes
@@ -591,24 +493,6 @@ def test_palette_lists_actions_with_their_keys() -> None:
     run(body())
 
 
-def test_palette_reaches_every_tune_field() -> None:
-    async def body() -> None:
-        app = SkippyApp(ui_config(), load_models=False)
-        async with app.run_test(size=SIZE) as pilot:
-            from skippy_tui.ui.commands import SkippyCommands
-
-            actions = {action for _, _, action in SkippyCommands(app.screen)._commands()}
-            for key, _ in TUNE_FIELDS:
-                assert f"tune('{key}')" in actions
-                await app.run_action(f"tune('{key}')")
-                screen = await wait_for_screen(pilot, app, TuneScreen, 5)
-                assert app.focused is screen.query_one(f"#{key}"), key
-                await pilot.press("escape")
-                await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "close")
-
-    run(body())
-
-
 def test_cli_replay_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = build_parser().parse_args(["replay", str(CHAT_JSON), "--continue", "--max-tokens", "5"])
     assert args.file == CHAT_JSON and args.continue_ and args.max_tokens == 5
@@ -680,7 +564,7 @@ def test_quit_during_a_load_stops_the_load_without_an_error_dialog(monkeypatch: 
             time.sleep(0.05)
 
     monkeypatch.setattr(loader, "load_speculator", slow_load)
-    app = replay_app(ui_config(ui={"engine": "thread"}))  # the engine process's own: test_app_process
+    app = replay_app(config=ui_config(ui={"engine": "thread"}))  # the engine process's own: test_app_process
     errors: list[str] = []
     monkeypatch.setattr(app, "_show_error", lambda title, error: errors.append(title))
 
@@ -773,7 +657,7 @@ def test_new_chat_and_open_ask_first_only_when_the_chat_is_unsaved(tmp_path: Pat
     path = _copy(tmp_path)
 
     async def body() -> None:
-        app = replay_app(ui_config(ui={"history": False}), path=path)  # on, the history keeps the chat
+        app = replay_app(config=ui_config(ui={"history": False}), path=path)  # on, the history keeps the chat
         async with app.run_test(size=SIZE) as pilot:
             assert not app.unsaved
             await pilot.press("ctrl+n")
@@ -813,7 +697,7 @@ def test_quit_with_an_unsaved_chat_asks_and_can_save_first(tmp_path: Path) -> No
     path = _copy(tmp_path)
 
     async def body() -> None:
-        app = replay_app(ui_config(ui={"history": False}), path=path)  # on, the history keeps the chat
+        app = replay_app(config=ui_config(ui={"history": False}), path=path)  # on, the history keeps the chat
         async with app.run_test(size=SIZE) as pilot:
             app.transcript.system_prompt = "Be brief."  # a change since it was opened
             await pilot.press("ctrl+q")
@@ -838,7 +722,7 @@ def test_the_error_dialogs_quit_asks_about_an_unsaved_chat_too(tmp_path: Path) -
     path = _copy(tmp_path)
 
     async def body() -> None:
-        app = replay_app(ui_config(ui={"history": False}), path=path)  # on, the history keeps the chat
+        app = replay_app(config=ui_config(ui={"history": False}), path=path)  # on, the history keeps the chat
         async with app.run_test(size=SIZE) as pilot:
             app.transcript.system_prompt = "Be brief."
             for keep in (True, False):
@@ -862,7 +746,7 @@ def test_quit_twice_quits_without_saving_and_autosave_saves_instead_of_asking(tm
     path = _copy(tmp_path)
 
     async def twice() -> None:
-        app = replay_app(ui_config(ui={"history": False}), path=path)  # on, the history keeps the chat
+        app = replay_app(config=ui_config(ui={"history": False}), path=path)  # on, the history keeps the chat
         async with app.run_test(size=SIZE) as pilot:
             app.transcript.system_prompt = "Be brief."
             await pilot.press("ctrl+q")
@@ -872,7 +756,7 @@ def test_quit_twice_quits_without_saving_and_autosave_saves_instead_of_asking(tm
         assert Transcript.load(path).system_prompt == ""
 
     async def autosave() -> None:
-        app = replay_app(ui_config(ui={"autosave": True, "history": False}), path=path)
+        app = replay_app(config=ui_config(ui={"autosave": True, "history": False}), path=path)
         async with app.run_test(size=SIZE) as pilot:
             app.transcript.system_prompt = "Be terse."
             await pilot.press("ctrl+q")

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ui_helpers import CHAT_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
+from ui_helpers import CHAT_JSON, SIZE, run, status_text, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.config import Config
 from skippy_tui.engine.chat import prompt_tokens
@@ -70,10 +70,6 @@ def library(tmp_path: Path, smollm2_f32: Path, smollm2_q4_1: Path, gemma3_270m: 
 
 def _config(lib: Path, **sections: dict[str, Any]) -> Config:
     return ui_config(max_tokens=6, library={"dirs": [str(lib)]}, **sections)
-
-
-def _status(app: SkippyApp) -> str:
-    return str(app.query_one("#status").render())
 
 
 def _rows(picker: ModelPickerScreen) -> list[tuple[str, bool, str]]:
@@ -197,7 +193,7 @@ def test_picker_shows_memory_and_mtp_heads_and_switches_to_integrated_mtp(tiny_l
             try:
                 assert spec.mtp_drafter is not None and spec.drafter is spec.mtp_drafter
                 assert (app.config.get("speculation", "source"), app.config.get("draft", "path")) == ("mtp", "")
-                assert "spec on mtp" in _status(app) and "rollback: snapshot" in _status(app)
+                assert "spec on mtp" in status_text(app) and "rollback: snapshot" in status_text(app)
                 # the drafter file: MTP heads of a file of their own, never a draft model
                 picker = await _open_picker(app, pilot)
                 await _to_drafts(app, pilot, picker, "mtp F32")
@@ -206,7 +202,7 @@ def test_picker_shows_memory_and_mtp_heads_and_switches_to_integrated_mtp(tiny_l
                 spec = app.speculator
                 assert spec.mtp_drafter is not None and spec.mtp_drafter.external and spec.drafter is spec.mtp_drafter
                 assert app.config.get("draft", "path") == str(tiny_library["drafter"])
-                assert "draft drafter F32" in _status(app) and "spec on mtp" in _status(app)
+                assert "draft drafter F32" in status_text(app) and "spec on mtp" in status_text(app)
             finally:
                 spec.close()
 
@@ -374,7 +370,7 @@ def test_switch_to_gemma_keeps_the_conversation(speculator: Any, library: Path) 
             try:
                 assert app.owns_speculator and app.switching is None
                 assert gemma.target_info.name == GEMMA_NAME and gemma.drafter is None
-                assert "gemma-3-270m Q4_K_M" in _status(app) and "no draft" in _status(app)
+                assert "gemma-3-270m Q4_K_M" in status_text(app) and "no draft" in status_text(app)
                 assert not app.query_one("#loading").display
                 assert app.config.get("target", "path") == str(library / "gemma-3-270m-q4_k_m.gguf")
                 assert (app.config.get("draft", "path"), app.config.get("draft", "enabled")) == ("", False)
@@ -419,7 +415,9 @@ def test_failed_switch_keeps_the_old_models(speculator: Any, library: Path) -> N
             await wait_until(pilot, lambda: not isinstance(app.screen, SwitchFailedScreen), 10, "the dialog to close")
             reply = await _reply(app, pilot, "Say hi.")
             assert reply.finish.reason in ("max_tokens", "eos") and reply.content
-            assert "target SmolLM2-135M-In" in _status(app) and "draft SmolLM2-135M-Instruct Q4_1" in _status(app)
+            assert "target SmolLM2-135M-In" in status_text(app) and "draft SmolLM2-135M-Instruct Q4_1" in status_text(
+                app
+            )
 
     run(body())
 

@@ -11,18 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, ui_config, wait_for_screen, wait_until
+from ui_helpers import SAMPLED_JSON, SIZE, replay_app, ui_config, wait_for_screen, wait_until
 
-from skippy_tui.transcript import Transcript
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.screens.error import ErrorScreen
 from skippy_tui.ui.screens.inspector import InspectorScreen
 from skippy_tui.ui.screens.tune import TuneScreen
-
-
-def replay_app(path: Path = CHAT_JSON, **ui: object) -> SkippyApp:
-    config = ui_config(ui=ui) if ui else ui_config()
-    return SkippyApp(config, transcript=Transcript.load(path), transcript_path=path, load_models=False)
 
 
 async def _steady(pilot) -> None:

@@ -65,3 +65,18 @@ async def wait_for_screen(pilot: Any, app: Any, cls: type, timeout: float = 30.0
     )
     await pilot.pause()
     return app.screen
+
+
+def replay_app(path: Path = CHAT_JSON, config: Any = None, **ui: object) -> Any:
+    """The app on a recorded transcript, no models loaded (``config`` or the test defaults, with
+    ``ui`` as its ``[ui]`` keys)."""
+    from skippy_tui.transcript import Transcript
+    from skippy_tui.ui.app import SkippyApp
+
+    config = config or (ui_config(ui=ui) if ui else ui_config())
+    return SkippyApp(config, transcript=Transcript.load(path), transcript_path=path, load_models=False)
+
+
+def status_text(app: Any) -> str:
+    """The status bar as plain text."""
+    return str(app.query_one("#status").render())
