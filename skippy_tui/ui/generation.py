@@ -293,7 +293,11 @@ class GenerationMixin:
         sent, self._sent = self._sent, None
         if sent is None or not self.transcript.entries or self.transcript.entries[-1] is not sent:
             return
-        await self._truncate(len(self.transcript.entries) - 1)
+        dropped = self.transcript.cut(len(self.transcript.entries) - 1)
+        for w in list(self.chat.query(MessageWidget)):
+            if any(w.entry is e for e in dropped):
+                await w.remove()
+        await self._place_system_notes()
         if not self.prompt.text.strip():
             self.prompt.load_text(sent.content)
             self.prompt.move_cursor(self.prompt.document.end)

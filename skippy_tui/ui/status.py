@@ -145,7 +145,8 @@ def status_parts(st: StatusState) -> list[Part]:
         t = spec.target_info
         parts.append(model_field("target", t.path, t.name, t.file_type, 7) if t else Part(("target ?", ""), (7,)))
         parts.append(draft_field(spec))
-        parts.append(Part((st.backend, ""), (1,)))
+        # "CPU" alone says little and goes first; a GPU or an RPC server is worth a draft's name
+        parts.append(Part((st.backend, ""), (1 if st.backend == "CPU" else 6.5,)))
         parts.append(Part((f"ctx {st.n_past}/{st.n_ctx or spec.n_ctx}", ""), (8,)))
         parts.append(Part((f"{st.tokens_per_second:.1f} tok/s",)))
         s = spec.speculation
@@ -155,7 +156,10 @@ def status_parts(st: StatusState) -> list[Part]:
             # common case, and the draft field names it already
             source = source_in_force(spec)
             state = "spec on" + (f" {source}" if source not in ("model", "auto") else "")
-            parts.append(Part((f"{state} k={s.n_draft} p_min={s.p_min:g}", f"{state} k={s.n_draft}"), (9,)))
+            if s.p_min:  # 0 (the default) is no cut-off: nothing to say
+                parts.append(Part((f"{state} k={s.n_draft} p_min={s.p_min:g}", f"{state} k={s.n_draft}"), (9,)))
+            else:
+                parts.append(Part((f"{state} k={s.n_draft}",)))
             if (rollback := rollback_field(spec)) is not None:
                 parts.append(rollback)
         else:

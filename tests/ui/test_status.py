@@ -102,7 +102,7 @@ def test_the_status_names_the_source_in_force_and_how_a_hybrid_target_rolls_back
 
     plain = line()
     # the draft model drafts: the draft field names it, the speculation field needs not
-    assert "draft draft Q4_1" in plain and "spec on k=4 p_min=0" in plain and "rollback" not in plain
+    assert "draft draft Q4_1" in plain and "spec on k=4 │" in plain and "rollback" not in plain
     assert "spec on ngram k=4" in line(source="ngram") and "spec on k=4" in line(source="auto")
     # the target's own heads, no draft model: mtp, and the model sources draft with them too
     heads = line(arch="qwen35", source="mtp", draft=False, heads=True)
