@@ -53,11 +53,10 @@ from .load.gguf_info import ModelInfo
 from .native.invariance import Invariance
 from .native.model import Context, Model
 from .native.window import PromptSize
-from .policy.adaptive import AdaptiveK, FixedK, KPolicy
+from .policy.adaptive import AdaptiveK, KPolicy
+from .policy.book import PolicyBook
 from .policy.chooser import SourceChooser
-from .policy.cost_model import best_k
 from .policy.exactness import verify_plan
-from .policy.measurements import VerifyCosts
 from .sampling.params import PenaltyWindow
 from .sampling.verify import Judge, ReplySampler, Verdict
 from .settings import GenerationSettings, SpeculationSettings
@@ -120,21 +119,8 @@ class Speculator:
         self.drafter = drafter
         if drafter is None or self.model_drafter is not None:
             self.drafter = self._build(self.speculation.source)
-        # n_draft = "auto" chooses k with an AdaptiveK per draft source (they share verify
-        # costs), or with a SourceChooser over the n-gram's and the model's for source = "auto";
-        # n_draft = K with FixedK. The estimator measures every step even with a fixed k (the
-        # status bar's verdict); both are set by _install_policy
-        self.k_policy: KPolicy | SourceChooser
-        self.estimator: AdaptiveK
-        self._verify_costs = VerifyCosts()
-        self._seed_timings: dict[int, float] = {}
-        # acceptance differs by draft source and by how tokens are chosen (greedy,
-        # coupled or rejection sampling): one policy per pair, verify costs shared
-        self._policies: dict[tuple[str, str], AdaptiveK] = {}
-        # source = "auto"'s chooser per sampling mode: its exploring schedule outlives a
-        # settings change like the policies' probe schedules do
-        self._choosers: dict[tuple[str, bool], SourceChooser] = {}
-        self._mode = "greedy"
+        # the k policies by draft source and sampling mode (policy/book.py), installed for the drafter
+        self.policies = PolicyBook(NGRAM_LOOKUP_MS)
         self._install_policy()
         self._turn = 0
         # one object per reply: within it the context only grows, so syncs compare only new tokens
@@ -182,61 +168,39 @@ class Speculator:
         return build_drafter(source, self.model_drafter, self._ngram, self.mtp_drafter)
 
     def _install_policy(self) -> None:
-        """One AdaptiveK per (draft source, sampling mode) measures every step (the
-        verdict); with ``n_draft = "auto"`` it also chooses k — for ``source = "auto"``
-        through a :class:`SourceChooser` over the n-gram's and the model's policies."""
+        """Point the k policy and the estimator at the drafter's source (:class:`PolicyBook`)."""
         source = self.drafter.source if self.drafter is not None else "none"
-        if source == "auto":
-            ngram = self._policy("ngram")
-            model = self._policy(self.model_drafter.source) if self.model_drafter is not None else None
-            self.estimator = model or ngram
-            self.k_policy = self._chooser(model, ngram) if self.speculation.auto else FixedK()
-            if not self.speculation.auto:  # no chooser routes a fixed k: it drafts as ngram+model
-                self.drafter.route = None  # type: ignore[union-attr]
-            return
-        self.estimator = self._policy(source)
-        self.k_policy = self.estimator if self.speculation.auto else FixedK()
+        model_source = self.model_drafter.source if self.model_drafter is not None else None
+        self.policies.install(source, model_source, self.speculation.auto)
+        if source == "auto" and not self.speculation.auto:  # no chooser routes a fixed k: it drafts as ngram+model
+            self.drafter.route = None  # type: ignore[union-attr]
 
-    def _chooser(self, model: AdaptiveK | None, ngram: AdaptiveK) -> SourceChooser:
-        key = (self._mode, model is not None)
-        if key not in self._choosers:
-            # the n-gram's offer is judged on every step, except under rejection sampling
-            self._choosers[key] = SourceChooser(model, ngram, shadowed=self._mode != "rejection")
-        return self._choosers[key]
+    @property
+    def k_policy(self) -> KPolicy | SourceChooser:
+        """What chooses k now (and with ``source = "auto"`` the source)."""
+        return self.policies.k_policy
 
-    def _policy(self, source: str) -> AdaptiveK:
-        key = (source, self._mode)
-        if key not in self._policies:
-            # an n-gram proposal is a copy: right for a run, then wrong (a run-length model)
-            ngram = source == "ngram"
-            self._policies[key] = AdaptiveK(
-                self._verify_costs, runs=ngram, draft_prior_ms=NGRAM_LOOKUP_MS if ngram else None
-            )
-        return self._policies[key]
+    @property
+    def estimator(self) -> AdaptiveK:
+        """The policy that measures every step, even with a fixed k (the verdict's)."""
+        return self.policies.estimator
 
     def reset_policies(self) -> None:
         """Forget what the adaptive policies measured during replies (costs, acceptance) for
         every draft source; the load-time verify timings (:meth:`seed_verify_costs`) stay."""
-        self._verify_costs = VerifyCosts(self._verify_costs.prior_slope, self._verify_costs.chunk)
-        for batch, ms in self._seed_timings.items():
-            self._verify_costs.add(batch, ms)
-        # new dicts, not cleared ones: a state handed out by learned() holds the old ones
-        self._policies, self._choosers = {}, {}
+        self.policies.reset()
         self._install_policy()
 
     def learned(self) -> object:
         """What the adaptive policies have measured so far (the verify costs, every
         source's policy and ``source = "auto"``'s choosers), opaque, for :meth:`restore_learned`."""
-        return (self._verify_costs, self._policies, self._choosers)
+        return self.policies.learned()
 
     def restore_learned(self, state: object | None) -> None:
         """Put back a state from :meth:`learned` (``None``: start afresh, as
         :meth:`reset_policies`). The bench keeps one per method, so each method learns
         only from its own replies, as a session using it would."""
-        if state is None:
-            self.reset_policies()
-            return
-        self._verify_costs, self._policies, self._choosers = state  # type: ignore[misc]
+        self.policies.restore(state)  # type: ignore[arg-type]
         self._install_policy()
 
     def seed_verify_costs(self, timings_ms: dict[int, float]) -> None:
@@ -245,10 +209,7 @@ class Speculator:
         Set :attr:`verify_rows` first: a batch longer than it is priced as its chunks,
         each a decode of its own (:class:`~.policy.measurements.VerifyCosts`), until measured.
         """
-        self._verify_costs.chunk = self.verify_rows
-        self._seed_timings = dict(timings_ms)
-        for batch, ms in timings_ms.items():
-            self._verify_costs.add(batch, ms)
+        self.policies.seed(timings_ms, self.verify_rows)
 
     def ensure_exact(self, report: Callable[[float], None] | None = None) -> None:
         """Run :attr:`exactness_probe` if speculation is on and it has not run yet, and
@@ -289,16 +250,7 @@ class Speculator:
         """
         if not self.speculation.enabled or self.drafter is None:
             return None
-        if isinstance(self.k_policy, SourceChooser):
-            plain = self.estimator.rates(0)
-            best = max((r for _, r in self.k_policy.last.values()), default=None)
-            return best / plain[0] if best and plain and plain[0] > 0 else None
-        k_max = self.speculation.k_max
-        rates = self.estimator.rates(k_max)
-        if not rates or rates[0] <= 0:
-            return None
-        k = best_k(rates) if self.speculation.auto else k_max
-        return rates[k] / rates[0]
+        return self.policies.verdict(self.speculation.k_max, self.speculation.auto)
 
     def close(self) -> None:
         """Free the contexts and models (contexts first: they borrow the models)."""
@@ -402,10 +354,7 @@ class Speculator:
         self._set_abort(False)
         context = list(prompt)
         self._epoch = epoch = object()
-        for policy in self._policies.values():  # new text: runs end, a plain verdict probes the synced draft
-            policy.new_reply()
-        if isinstance(self.k_policy, SourceChooser):
-            self.k_policy.new_reply()
+        self.policies.new_reply()
         try:
             self.ensure_exact()
             validate_prompt_len(len(context))
@@ -535,9 +484,7 @@ class Speculator:
     def _follow_mode(self, sampler: ReplySampler) -> None:
         """Switch to the k policies of the reply's current sampling mode (greedy, coupled or
         rejection: acceptance differs by mode), after a mid-reply change."""
-        mode = "greedy" if sampler.params.greedy else sampler.params.sampler
-        if mode != self._mode:
-            self._mode = mode
+        if self.policies.follow("greedy" if sampler.params.greedy else sampler.params.sampler):
             self._install_policy()
 
     def _choose_k(self, context: Sequence[int], remaining: int) -> KChoice:

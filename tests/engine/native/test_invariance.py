@@ -211,7 +211,7 @@ def test_auto_on_a_llamafile_build_verifies_in_one_batch_and_says_it_is_not_bit_
         # each step's verify is one decode of [last, d1..dk]: never split into single rows
         assert max(sizes) == 4 and sizes.count(4) >= len([s for s in run.steps if len(s.proposed) == 3]) > 0
         # the cost model prices a batch as one decode (a chunk of 1 would price 4 rows at 4 decodes)
-        costs = spec._verify_costs
+        costs = spec.policies.verify_costs
         assert costs.chunk is None and costs.at(4) < 4 * costs.at(1), costs.measured()
     finally:
         spec.close()
