@@ -24,10 +24,16 @@ MODEL_FIXTURES = frozenset({"smollm2_q4_1", "smollm2_f32", "gemma3_270m", "tiny_
 fixture) is marked ``models``, so ``pytest -m "not models"`` runs the model-free tests alone."""
 
 
+def _is_model_fixture(name: object) -> bool:
+    return isinstance(name, str) and (name in MODEL_FIXTURES or name.startswith("tiny_"))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
-        if names & MODEL_FIXTURES or any(n.startswith("tiny_") for n in names):
+        # a parameter naming a model fixture is one the test asks for (request.getfixturevalue)
+        params = getattr(getattr(item, "callspec", None), "params", {}).values()
+        if any(map(_is_model_fixture, names)) or any(map(_is_model_fixture, params)):
             item.add_marker(pytest.mark.models)
 
 

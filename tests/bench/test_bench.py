@@ -19,6 +19,7 @@ from skippy_tui.engine.sampling.params import SamplingParams
 from skippy_tui.engine.settings import GenerationSettings
 
 
+@pytest.mark.models  # loads the default pair (not through a fixture)
 def test_bench_json_end_to_end(capsys):
     rc = main(["bench", "--prompts", "rewrite-replace", "--repeats", "1", "--max-tokens", "8", "--k", "2",
                "--json", "--no-progress", "--no-warmup", "--control"])  # fmt: skip
@@ -58,6 +59,7 @@ def test_bench_json_end_to_end(capsys):
     assert set(row["ngram"]["by_source"]) <= {"ngram", "plain"}
 
 
+@pytest.mark.models  # loads the default pair (not through a fixture)
 def test_bench_text_with_progress_and_no_draft(capsys):
     rc = main(["bench", "--prompts", "chat", "--repeats", "1", "--max-tokens", "4", "--no-draft"])
     assert rc == 0
@@ -152,6 +154,7 @@ def test_progress_bar_lines():
 # -- sampling (issue 7) ---------------------------------------------------------------
 
 
+@pytest.mark.models  # loads the default pair (not through a fixture)
 def test_bench_sampled_json_end_to_end(capsys):
     """T=0.8 on the default pair: coupled methods equal plain at the same seed; rejection is reported."""
     rc = main(["bench", "--prompts", "chat", "--repeats", "1", "--max-tokens", "8", "--k", "4",
@@ -183,6 +186,7 @@ def test_bench_sampled_json_end_to_end(capsys):
     assert all(v["per_row"] > 0 for v in cost.values())
 
 
+@pytest.mark.models  # loads the default pair (not through a fixture)
 def test_identity_grid_end_to_end(capsys):
     rc = main(["bench", "--identity", "--prompts", "chat,haiku", "--k", "4", "--max-tokens", "12", "--seed", "3",
                "--json", "--no-progress"])  # fmt: skip
@@ -444,6 +448,7 @@ def test_a_k_the_batch_cannot_hold_is_a_usage_error_before_any_load(capsys) -> N
     assert "loading" not in err  # refused before any weights were read
 
 
+@pytest.mark.models  # loads the default pair (not through a fixture)
 def test_a_step_without_a_proposal_is_a_plain_one(capsys):
     """The n-gram alone finds nothing to copy in a chat reply's first tokens: its steps,
     though k > 0, proposed nothing and are plain ones, not the (absent) model's."""
@@ -624,6 +629,7 @@ def test_rollbacks_are_summarised_by_kind_beside_their_verify():
     assert "a snapshot rollback <= 10% of its step's verify: met  5.00% (median over 3 steps)" in text
 
 
+@pytest.mark.models  # loads the default pair (not through a fixture)
 def test_profiles_on_a_build_without_certified_batches_report_each_prompts_differences(capsys, monkeypatch):
     """Issue 56 item 2: with a build that certifies no verify batch (system_info says LLAMAFILE),
     auto verifies in one batch, exact row by row, and the report gives, per profile and prompt,

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from ui_helpers import SIZE, run, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.engine.events import ReplyFinished, StepVerified
@@ -140,6 +141,7 @@ def test_a_reply_from_the_engine_process_tunes_stops_and_quits(speculator) -> No
     run(body())
 
 
+@pytest.mark.models  # loads the default pair (not through a fixture)
 def test_a_killed_engine_process_ends_the_reply_and_f5_loads_again() -> None:
     app = SkippyApp(_config(max_tokens=400))
 
@@ -179,6 +181,7 @@ def test_a_killed_engine_process_ends_the_reply_and_f5_loads_again() -> None:
             app.speculator.close()
 
 
+@pytest.mark.models  # loads the default pair (not through a fixture)
 def test_quitting_mid_reply_keeps_the_partial_reply_in_the_history() -> None:
     """Ctrl+Q while a reply streams stops it as Esc does; the chat is saved with the partial
     reply (not without it, beside a still-busy engine), and the app and its child end."""

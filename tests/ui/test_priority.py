@@ -80,6 +80,7 @@ asyncio.run(main())
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="thread priorities are Linux-only")
+@pytest.mark.models  # loads the default pair (not through a fixture)
 def test_an_engine_process_keeps_its_priority_and_its_relays_yield_as_the_ui_does() -> None:
     """The child decodes at the normal priority; the app's threads that only pass its events
     on (the pipe reader, the relay) run at the UI's nice 19, so they do not preempt it."""

@@ -161,6 +161,7 @@ def test_a_batch_smaller_than_the_verify_batch_is_refused(smollm2_q4_1: Path, ca
         load_speculator(spec)
 
 
+@pytest.mark.models  # loads the default pair (not through a fixture)
 def test_default_target_is_derived_once_and_atomically(tmp_path: Path) -> None:
     models = tmp_path / "models"  # an empty cache: the derivation really runs here
     stages: list[str] = []

@@ -130,6 +130,7 @@ def test_a_reply_without_a_seed_draws_one_reports_it_and_can_be_reproduced(spec:
     assert again.finish.to_dict()["seed"] == a.finish.seed  # in the --json finish object
 
 
+@pytest.mark.models  # loads the default pair (not through a fixture)
 def test_an_explicit_seed_reproduces_across_processes_and_methods() -> None:
     def finish(*flags: str) -> dict:
         out = subprocess.run(
