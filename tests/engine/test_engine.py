@@ -22,20 +22,6 @@ GEN = GenerationSettings(max_tokens=40)
 
 
 @pytest.fixture(scope="module")
-def plain(smollm2_f32: Path, cache_dir: Path) -> Speculator:
-    s = load(smollm2_f32, None, cache_dir)
-    yield s
-    s.close()
-
-
-@pytest.fixture(scope="module")
-def spec(smollm2_f32: Path, smollm2_q4_1: Path, cache_dir: Path) -> Speculator:
-    s = load(smollm2_f32, smollm2_q4_1, cache_dir)
-    yield s
-    s.close()
-
-
-@pytest.fixture(scope="module")
 def plain_refs(plain: Speculator) -> dict[str, tuple[int, ...]]:
     return {p: Run(plain.run(user(p), GEN)).finish.token_ids for p in PROMPTS}
 

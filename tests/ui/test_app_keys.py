@@ -13,7 +13,7 @@ import pytest
 from rich.text import Text
 from textual import events
 from textual.widgets import Input
-from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, replay_app, run, ui_config, wait_for_screen, wait_until
+from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, one_read, replay_app, run, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.cli import main
 from skippy_tui.engine.load.labels import model_label
@@ -353,13 +353,8 @@ def test_alt_c_from_a_terminal_copies_and_types_nothing() -> None:
     run(body())
 
 
-def _one_read(app: SkippyApp, *keys: tuple[str, str | None]) -> None:
-    for key, char in keys:
-        app.post_message(events.Key(key, char))  # as the driver posts the keys of one read
-
-
 def test_keys_typed_fast_after_tab_land_in_the_next_field_of_every_dialog(tmp_path: Path) -> None:
-    """F3's Tab race (above) in the other dialogs where a field takes keys itself (an Input
+    """F3's Tab race (tests/ui/test_tune.py) in the other dialogs where a field takes keys itself (an Input
     or TextArea types them): the history's filter, the open dialog's path, the system
     prompt's text. (A key bound to an action is looked up after it bubbles, along the
     focus as it is by then, so buttons and tables were never affected.)"""
@@ -381,7 +376,7 @@ def test_keys_typed_fast_after_tab_land_in_the_next_field_of_every_dialog(tmp_pa
             screen = await wait_for_screen(pilot, app, HistoryScreen, 5)
             screen.filter_input.focus()
             await pilot.pause()
-            _one_read(app, ("tab", None), ("d", "d"))
+            one_read(app, ("tab", None), ("d", "d"))
             await wait_until(pilot, lambda: screen.filter_input.value == "d", 5, "'d' in the filter")
             for _ in range(3):
                 await pilot.pause()
@@ -391,13 +386,13 @@ def test_keys_typed_fast_after_tab_land_in_the_next_field_of_every_dialog(tmp_pa
             app.push_screen(OpenTranscriptScreen(tmp_path), results.append)
             screen = await wait_for_screen(pilot, app, OpenTranscriptScreen, 5)
             assert screen.focused is not None and screen.focused.id == "files"
-            _one_read(app, ("tab", None), ("x", "x"), ("y", "y"))
+            one_read(app, ("tab", None), ("x", "x"), ("y", "y"))
             await wait_until(pilot, lambda: screen.query_one("#path", Input).value == "xy", 5, "the path 'xy'")
             await pilot.press("escape")
             # system prompt: tab and enter from the text presses Save (not a new line in the text)
             app.push_screen(SystemPromptScreen("Be brief."), results.append)
             await wait_for_screen(pilot, app, SystemPromptScreen, 5)
-            _one_read(app, ("tab", None), ("enter", "\r"))
+            one_read(app, ("tab", None), ("enter", "\r"))
             await wait_until(pilot, lambda: "Be brief." in results, 5, "Save with the text unchanged")
         assert results == [None, "Be brief."]
 

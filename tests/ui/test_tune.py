@@ -3,18 +3,34 @@ the sources it offers, and what it changes in the next reply."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
-from test_app_keys import _one_read
 from test_app_mtp import load
 from textual.widgets import Input, Select
-from ui_helpers import SIZE, replay_app, run, status_text, ui_config, wait_for_screen, wait_until
+from ui_helpers import SIZE, one_read, replay_app, run, status_text, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.engine.bounds import ContextCapacity, validate_capacity
 from skippy_tui.engine.sampling.params import SamplingParams
 from skippy_tui.engine.settings import DRAFT_SOURCES
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.screens.tune import TUNE_FIELDS, TuneScreen
+
+
+async def _enter_each(
+    pilot: Any, app: Any, screen: TuneScreen, cases: list[tuple[str, str, str]]
+) -> AsyncIterator[tuple[str, str, str, str]]:
+    """For each ``(field, value, message)``: type ``value`` into the field and press Enter; the
+    dialog must stay open; yields the case and the error it shows, then puts the field back."""
+    for key, value, message in cases:
+        field = screen.query_one(f"#{key}")
+        good, field.value = field.value, value
+        field.focus()
+        await pilot.press("enter")
+        assert app.screen is screen, key
+        yield key, value, message, str(screen.query_one("#tune-error").render())
+        field.value = good
 
 
 def test_tune_dialog_names_the_field_and_what_it_allows() -> None:
@@ -39,16 +55,9 @@ def test_tune_dialog_names_the_field_and_what_it_allows() -> None:
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press("f3")
             screen = await wait_for_screen(pilot, app, TuneScreen, 5)
-            for key, value, message in bad:
-                field = screen.query_one(f"#{key}")
-                good, field.value = field.value, value
-                field.focus()
-                await pilot.press("enter")
-                assert app.screen is screen, key
-                shown = str(screen.query_one("#tune-error").render())
+            async for key, value, message, shown in _enter_each(pilot, app, screen, bad):
                 assert message in shown, (key, value, shown)
                 assert "invalid literal" not in shown
-                field.value = good
             assert (app.sampling, app.generation) == before
 
     run(body())
@@ -128,11 +137,11 @@ def test_keys_typed_fast_after_tab_in_f3_land_in_the_next_field() -> None:
             before = min_p.value
             seed = screen.query_one("#seed")
             seed.value = ""
-            _one_read(app, ("tab", None), ("4", "4"), ("2", "2"), ("3", "3"), ("0", "0"))
+            one_read(app, ("tab", None), ("4", "4"), ("2", "2"), ("3", "3"), ("0", "0"))
             await pilot.pause()
             await pilot.pause()
             assert (min_p.value, seed.value) == (before, "4230")
-            _one_read(app, ("shift+tab", None), ("9", "9"))
+            one_read(app, ("shift+tab", None), ("9", "9"))
             await pilot.pause()
             await pilot.pause()
             assert (min_p.value, seed.value) == ("9", "4230")  # a field focused by tab has its text selected
@@ -216,15 +225,9 @@ def test_tune_dialog_refuses_bad_values_and_changes_nothing() -> None:
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press("f3")
             screen = await wait_for_screen(pilot, app, TuneScreen, 5)
-            for key, value, message in bad:
-                field = screen.query_one(f"#{key}")
-                good, field.value = field.value, value
-                field.focus()
-                await pilot.press("enter")
-                assert app.screen is screen, key
-                assert message in str(screen.query_one("#tune-error").render()), (key, value)
+            async for key, value, message, shown in _enter_each(pilot, app, screen, bad):
+                assert message in shown, (key, value)
                 assert app.sampling is before
-                field.value = good
             await pilot.press("escape")
             await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "cancel")
             assert app.sampling is before

@@ -80,3 +80,11 @@ def replay_app(path: Path = CHAT_JSON, config: Any = None, **ui: object) -> Any:
 def status_text(app: Any) -> str:
     """The status bar as plain text."""
     return str(app.query_one("#status").render())
+
+
+def one_read(app: Any, *keys: tuple[str, str | None]) -> None:
+    """Post ``(key, character)`` key events at once, as the terminal driver posts the keys of one read."""
+    from textual import events
+
+    for key, char in keys:
+        app.post_message(events.Key(key, char))

@@ -171,13 +171,6 @@ def target_only(smollm2_f32, cache_dir):
     sp.close()
 
 
-@pytest.fixture(scope="module")
-def pair(smollm2_f32, smollm2_q4_1, cache_dir):
-    sp = load(smollm2_f32, smollm2_q4_1, cache_dir, n_draft=4)
-    yield sp
-    sp.close()
-
-
 @pytest.fixture(autouse=True)
 def _fresh(request):
     yield

@@ -9,7 +9,7 @@ import random
 from pathlib import Path
 
 import pytest
-from helpers import Run, assert_verified_in_batches, load, restore, user
+from helpers import Run, assert_verified_in_batches, restore, user
 
 from skippy_tui.config import Config, ConfigError
 from skippy_tui.engine.errors import BoundsError
@@ -543,13 +543,6 @@ def test_config_ngram_without_draft_model_keeps_speculation_on():
 # -- real models ----------------------------------------------------------------------------------
 
 IDENTITY_PROMPTS = ["Write a haiku about autumn leaves.", "Explain, step by step, how to work out 17 times 23."]
-
-
-@pytest.fixture(scope="module")
-def pair(smollm2_f32, smollm2_q4_1, cache_dir):
-    sp = load(smollm2_f32, smollm2_q4_1, cache_dir, n_draft=4)
-    yield sp
-    sp.close()
 
 
 @pytest.fixture(autouse=True)

@@ -26,20 +26,6 @@ def hot(seed: int | None, max_tokens: int = 32, **kw: object) -> GenerationSetti
     return GenerationSettings(SamplingParams(temperature=0.8, seed=seed, **kw), max_tokens=max_tokens)  # type: ignore[arg-type]
 
 
-@pytest.fixture(scope="module")
-def plain(smollm2_f32: Path, cache_dir: Path) -> Speculator:
-    s = load(smollm2_f32, None, cache_dir)
-    yield s
-    s.close()
-
-
-@pytest.fixture(scope="module")
-def spec(smollm2_f32: Path, smollm2_q4_1: Path, cache_dir: Path) -> Speculator:
-    s = load(smollm2_f32, smollm2_q4_1, cache_dir)
-    yield s
-    s.close()
-
-
 def _first_difference(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
 
