@@ -17,6 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "test"
 
 os.environ.setdefault("SKIPPY_TUI_CACHE_DIR", str(CACHE))
+# Textual reads this once, at import: no smooth scrolling or fading, so a Pilot test judges
+# where a scroll ends without waiting for it (the app's behaviour is otherwise the same)
+os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 
 
 MODEL_FIXTURES = frozenset({"smollm2_q4_1", "smollm2_f32", "gemma3_270m", "tiny_models", "cache_dir"})

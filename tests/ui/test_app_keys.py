@@ -13,7 +13,18 @@ import pytest
 from rich.text import Text
 from textual import events
 from textual.widgets import Input
-from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, one_read, replay_app, run, ui_config, wait_for_screen, wait_until
+from ui_helpers import (
+    CHAT_JSON,
+    SAMPLED_JSON,
+    SIZE,
+    one_read,
+    replay_app,
+    run,
+    settle,
+    ui_config,
+    wait_for_screen,
+    wait_until,
+)
 
 from skippy_tui.cli import main
 from skippy_tui.engine.load.labels import model_label
@@ -452,7 +463,7 @@ def test_the_footer_ends_with_the_palette_key_and_no_stray_letter() -> None:
         for width in (40, 80, 100, 120):
             app = replay_app()
             async with app.run_test(size=(width, 20)) as pilot:
-                await pilot.pause()
+                await settle(pilot)
                 assert last_row(app.export_screenshot()).rstrip().endswith("^p palette"), width
 
     run(body())

@@ -505,8 +505,12 @@ async def _open_typed(app: SkippyApp, pilot, path: Path) -> None:
     """The open-transcript dialog: type a path into it and press Enter."""
     app.action_open_transcript()
     screen = await wait_for_screen(pilot, app, OpenTranscriptScreen, 5)
-    assert app.focused is screen.query_one("#path", Input)  # typing goes straight into the path field
-    await pilot.press(*str(path), "enter")
+    field = screen.query_one("#path", Input)
+    assert app.focused is field  # typing goes straight into the path field
+    # a key per character costs Pilot a frame each: the path's head goes in at once, its last
+    # character and Enter are typed
+    field.insert_text_at_cursor(str(path)[:-1])
+    await pilot.press(str(path)[-1], "enter")
     await wait_until(pilot, lambda: not isinstance(app.screen, OpenTranscriptScreen), 5, "the dialog to close")
 
 
@@ -594,7 +598,8 @@ def test_transcript_opened_with_origin_colouring_on_shows_its_text() -> None:
             await wait_until(pilot, lambda: len(app.query(AssistantMessage)) == 2, 5, "the opened replies")
             views = [m.query_one(".origin-view") for m in app.query(AssistantMessage)]
             assert [str(v.render()) for v in views] == [e.content for e in saved.replies()]
-            assert all(v.display and v.size.height > 1 for v in views)
+            # laid out with their text (the bug left empty boxes that stayed empty)
+            await wait_until(pilot, lambda: all(v.display and v.size.height > 1 for v in views), 5, "laid out")
 
     run(body())
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label, Static
-from ui_helpers import CHAT_JSON, run, ui_config, wait_until
+from ui_helpers import CHAT_JSON, run, settle, ui_config, wait_until
 
 from skippy_tui.history import ChatEntry
 from skippy_tui.transcript import Transcript
@@ -75,9 +75,9 @@ async def _unreachable(pilot: Any, screen: ModalScreen) -> list[str]:
     out = []
     for widget in [w for w in dialog.query("*") if w.focusable and w.display]:  # not a closed Select's overlay
         widget.focus()
-        await pilot.pause()
-        await pilot.wait_for_scheduled_animations()  # focusing scrolls smoothly: judge where it stops
-        if not dialog.region.contains_region(widget.region):
+        try:  # focusing scrolls the dialog after a refresh or two
+            await wait_until(pilot, lambda w=widget: dialog.region.contains_region(w.region), 2, "in view")
+        except AssertionError:
             out.append(f"{type(widget).__name__}#{widget.id} {widget.region} not in view of {dialog.region}")
     return out
 
@@ -105,7 +105,7 @@ def test_every_dialog_fits(size: tuple[int, int]) -> None:
                 await wait_until(
                     pilot, lambda: isinstance(app.screen, ModalScreen) and bool(app.screen.query("#dialog")), 10, name
                 )
-                await pilot.pause(0.1)
+                await settle(pilot)
                 screen = app.screen
                 problems += [f"{name}: {p}" for p in _misfits(screen) + await _unreachable(pilot, screen)]
                 app.pop_screen()

@@ -12,7 +12,7 @@ import dataclasses
 
 import pytest
 from textual.widgets._toast import Toast
-from ui_helpers import CHAT_JSON, run, ui_config, wait_until
+from ui_helpers import CHAT_JSON, run, settle, ui_config, wait_until
 
 from skippy_tui.engine.events import ReplyFinished, StepVerified, SyncInfo
 from skippy_tui.engine.stats import AcceptanceStats
@@ -170,14 +170,13 @@ def test_f6_is_listed_in_the_footer_and_the_palette() -> None:
     async def body() -> None:
         app = layout_app()
         async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause()
             from skippy_tui.ui.commands import SkippyCommands
 
             titles = [t for t, _, _ in SkippyCommands(app.screen)._commands()]
             assert "Show/hide the speculation panel  (f6)" in titles
             footer = app.query_one("Footer")
-            keys = [k.key for k in footer.query("FooterKey")]
-            assert keys[0] == "f6"  # first, so it is in view at 80 columns
+            # first, so it is in view at 80 columns (the footer composes its keys once the focus settles)
+            await wait_until(pilot, lambda: [k.key for k in footer.query("FooterKey")][:1] == ["f6"], 5, "f6 first")
             assert footer.query("FooterKey").first().region.right <= 80
 
     run(body())
@@ -362,7 +361,7 @@ def test_a_layout_elsewhere_leaves_the_timeline_unpainted() -> None:
             for _ in range(4):
                 timeline.add_steps(more)
             await wait_until(pilot, lambda: timeline.max_scroll_y > 0, 5, "a timeline taller than its view")
-            await pilot.pause()
+            await settle(pilot)  # the new rows' own repaint is done
             painted: list[object] = []
             bar = timeline.vertical_scrollbar
             refresh = bar.refresh

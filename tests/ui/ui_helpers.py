@@ -36,7 +36,7 @@ async def wait_until(pilot: Any, cond: Callable[[], bool], timeout: float = 120.
     while not cond():
         if time.monotonic() - t0 > timeout:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await pilot.pause(0.05)
+        await pilot.pause()  # until the app is idle: a frame or two, not a fixed sleep
     return time.monotonic() - t0
 
 
@@ -56,6 +56,13 @@ def ui_config(max_tokens: int = 8, **sections: dict[str, Any]) -> Any:
         for key, value in values.items():
             cfg.set(section, key, value)
     return cfg
+
+
+async def settle(pilot: Any) -> None:
+    """Wait until the app is quiet: the work a refresh schedules (the footer recomposing its keys
+    after a focus change, a scrollbar's repaint) is done, and a frame has been drawn since."""
+    for _ in range(3):  # a pause lets the refresh run; what it scheduled runs in the next
+        await pilot.pause()
 
 
 async def wait_for_screen(pilot: Any, app: Any, cls: type, timeout: float = 30.0) -> Any:
