@@ -116,7 +116,7 @@ def test_a_probe_that_certifies_nothing_makes_auto_verify_in_one_batch_and_run_s
     ("args", "code", "message"),
     [
         (("run", "hi", "--target", "/no/such/model.gguf"), 1, "model file not found: /no/such/model.gguf"),
-        (("run", "hi", "--n-draft", "0"), 2, "error: --n-draft: n_draft = 0 is out of bounds: must be in 1..4096"),
+        (("run", "hi", "--n-draft", "0"), 2, 'n_draft = 0 is out of bounds: must be in 1..4096 or "auto"'),
         (("run", "hi", "--p-min", "nan"), 2, "error: --p-min: p_min = nan is out of bounds"),
         (("run", "hi", "--n-ctx", "-5"), 2, "error: --n-ctx: target.n_ctx = -5 is out of bounds"),
         (("run", "hi", "--config", "/no/such.toml"), 2, "config file not found"),

@@ -33,7 +33,7 @@ def test_the_example_config_loads_and_documents_every_key() -> None:
 @pytest.mark.parametrize(
     ("toml", "pattern"),
     [
-        ("[speculation]\nn_draft = 0\n", r"config\.toml: n_draft = 0 is out of bounds: must be in 1\.\.4096"),
+        ("[speculation]\nn_draft = 0\n", r"config\.toml: n_draft = 0 is out of bounds: must be in 1\.\.4096 or \"auto"),
         ("[speculation]\np_min = 1.5\n", r"p_min = 1\.5 is out of bounds"),
         ("[speculation]\nn_draft = 'lots'\n", r"\[speculation\] n_draft = 'lots'.*integer or \"auto\""),
         ("[target]\nn_ctx = 'big'\n", r"\[target\] n_ctx = 'big' is not allowed: expected an integer"),

@@ -189,8 +189,11 @@ class SpeculationSettings:
     profile: str = default("speculation.profile")
 
     def __post_init__(self) -> None:
-        if isinstance(self.n_draft, str) and self.n_draft != "auto":
-            raise BoundsError("n_draft", self.n_draft, f'an integer in 1..{MAX_DRAFT_TOKENS} or "auto"')
+        if self.n_draft != "auto":
+            try:
+                check_int("n_draft", self.n_draft, 1, MAX_DRAFT_TOKENS)
+            except BoundsError as e:  # say the other choice too
+                raise BoundsError("n_draft", self.n_draft, f'{e.bound} or "auto"') from None
         check_int("n_draft_max", self.n_draft_max, *bounds("speculation.n_draft_max"))
         check_int("n_draft_max_ngram", self.n_draft_max_ngram, *bounds("speculation.n_draft_max_ngram"))
         validate_speculation(1, self.k_max, self.n_min, self.p_min)
