@@ -494,7 +494,10 @@ def scan_for_args(args: argparse.Namespace) -> tuple[list[Path], list[LibraryEnt
     found = existing(dirs)
     if not found:
         where = ", ".join(str(d) for d in dirs)
-        sys.stderr.write(f"skippy-tui: no model folders found (looked in {where}); set [library] dirs or pass --dir\n")
+        sys.stderr.write(
+            f"skippy-tui: no model folders found (looked in {where}); set [library] dirs or pass --dir"
+            " (the built-in SmolLM2 pair needs none: skippy-tui starts on it)\n"
+        )
         return None
 
     def reading(path: Path) -> None:

@@ -279,6 +279,7 @@ def test_models_with_no_folder_says_so_in_one_line(
     assert err.count("\n") == 1
     assert err.startswith("skippy-tui: no model folders found (looked in ")
     assert str(tmp_path / ".cache" / "huggingface" / "hub") in err
+    assert err.endswith("(the built-in SmolLM2 pair needs none: skippy-tui starts on it)\n")
     # a folder named on the command line is a typo when missing: a usage error, as a bad --target is
     assert main(["models", "--dir", str(tmp_path / "missing")]) == 2
     assert capsys.readouterr().err == f"skippy-tui: error: --dir {tmp_path / 'missing'}: no such folder\n"
