@@ -151,6 +151,20 @@ def _unreadable(path: Path, error: Exception) -> str:
     return f"truncated or corrupt GGUF file {path}: its header describes data past its {size:,} bytes"
 
 
+def check_model_path(path: str | Path) -> Path:
+    """``path`` expanded, once it names a file.
+
+    Raises:
+        ModelFileError: the path is missing or not a file.
+    """
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ModelFileError(f"model file not found: {p}")
+    if not p.is_file():
+        raise ModelFileError(f"model path is not a file: {p}")
+    return p
+
+
 def read_model_info(path: str | Path) -> ModelInfo:
     """Read a model's header (and its shards' tensor names) without loading weights.
 
@@ -160,11 +174,7 @@ def read_model_info(path: str | Path) -> ModelInfo:
     """
     from gguf import GGUFReader
 
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise ModelFileError(f"model file not found: {p}")
-    if not p.is_file():
-        raise ModelFileError(f"model path is not a file: {p}")
+    p = check_model_path(path)
     try:
         with p.open("rb") as fh:
             magic = fh.read(4)

@@ -31,7 +31,7 @@ from . import arch
 from .arch import mtp_heads_usable, rollback_kind
 from .compat import check_compatible
 from .defaults import default_pair
-from .gguf_info import ModelInfo, cached_model_info
+from .gguf_info import ModelInfo, cached_model_info, check_model_path
 
 Progress = Callable[[str, float], None]
 """``progress(stage, fraction)``: stage is a short human phrase, fraction in [0, 1]; a long
@@ -127,6 +127,9 @@ def check_spec(spec: EngineSpec, progress: Progress = _noop) -> tuple[Path, Mode
     target_path, draft_path = resolve_paths(spec, progress)
     if not spec.use_draft:
         draft_path = None
+    for path in (target_path, draft_path):  # refused before a stage says it reads them
+        if path is not None:
+            check_model_path(path)
     progress("reading GGUF headers", 0.0)
     info_cache = spec.cache_dir / "gguf-info"
     t_info = cached_model_info(target_path, info_cache)

@@ -131,6 +131,12 @@ def test_bad_paths_and_files_get_clear_errors(tmp_path: Path, cache_dir: Path, s
         read_model_info(tmp_path / "missing.gguf")
     with pytest.raises(ModelFileError, match="not a file"):
         read_model_info(tmp_path)
+    # a missing draft is refused before any stage says the headers are being read
+    stages: list[str] = []
+    missing = EngineSpec(ModelSpec(smollm2_q4_1), ModelSpec(tmp_path / "gone.gguf"), SpeculationSettings(), cache_dir)
+    with pytest.raises(ModelFileError, match=r"model file not found: .*gone\.gguf"):
+        load_speculator(missing, lambda stage, _: stages.append(stage))
+    assert stages == []
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"hello world, not a model")
     with pytest.raises(ModelFileError, match="not a GGUF file"):
