@@ -56,7 +56,7 @@ from .native.window import PromptSize
 from .policy.adaptive import AdaptiveK, KPolicy
 from .policy.book import PolicyBook
 from .policy.chooser import SourceChooser
-from .policy.exactness import verify_plan
+from .policy.exactness import plan_of
 from .sampling.params import PenaltyWindow
 from .sampling.verify import Judge, ReplySampler, Verdict
 from .settings import GenerationSettings, SpeculationSettings
@@ -188,8 +188,7 @@ class Speculator:
     def reset_policies(self) -> None:
         """Forget what the adaptive policies measured during replies (costs, acceptance) for
         every draft source; the load-time verify timings (:meth:`seed_verify_costs`) stay."""
-        self.policies.reset()
-        self._install_policy()
+        self.policies.reset()  # installed again as they were
 
     def learned(self) -> object:
         """What the adaptive policies have measured so far (the verify costs, every
@@ -200,8 +199,7 @@ class Speculator:
         """Put back a state from :meth:`learned` (``None``: start afresh, as
         :meth:`reset_policies`). The bench keeps one per method, so each method learns
         only from its own replies, as a session using it would."""
-        self.policies.restore(state)  # type: ignore[arg-type]
-        self._install_policy()
+        self.policies.restore(state)  # type: ignore[arg-type]  # installed again as they were
 
     def seed_verify_costs(self, timings_ms: dict[int, float]) -> None:
         """First estimates of the target's verify cost by batch size (ms), e.g. from the probe.
@@ -236,7 +234,7 @@ class Speculator:
             ctx.observer = observer
         self.exactness_probe = None
         self.invariance = inv
-        plan = verify_plan(self.speculation.profile, self.speculation.exact, inv)
+        plan = plan_of(self)
         # auto on a build that certifies no batch: one decode per verify, not row by row
         self.verify_rows = plan.rows if plan is not None else inv.chunk
         self.seed_verify_costs(inv.timings_ms)
@@ -390,7 +388,7 @@ class Speculator:
         # a reply without a fixed seed draws one, reported so the reply can be reproduced
         seed = params.seed if params.seed is not None else secrets.randbits(63)
         speculative = spec.enabled and self.drafter is not None
-        plan = verify_plan(spec.profile, spec.exact, self.invariance) if speculative else None
+        plan = plan_of(self) if speculative else None
         yield ReplyStarted(
             turn=self._turn,
             n_prompt=len(context),
@@ -484,8 +482,7 @@ class Speculator:
     def _follow_mode(self, sampler: ReplySampler) -> None:
         """Switch to the k policies of the reply's current sampling mode (greedy, coupled or
         rejection: acceptance differs by mode), after a mid-reply change."""
-        if self.policies.follow("greedy" if sampler.params.greedy else sampler.params.sampler):
-            self._install_policy()
+        self.policies.follow("greedy" if sampler.params.greedy else sampler.params.sampler)
 
     def _choose_k(self, context: Sequence[int], remaining: int) -> KChoice:
         """This step's proposal length, clamped so everything fits (0 = plain step).

@@ -76,14 +76,11 @@ class PolicyBook:
             self._choosers[key] = SourceChooser(model, ngram, shadowed=self.mode != "rejection")
         return self._choosers[key]
 
-    def follow(self, mode: str) -> bool:
-        """Switch to ``mode``'s policies (``greedy``, ``coupled`` or ``rejection``), as
-        installed; whether the mode changed."""
-        if mode == self.mode:
-            return False
-        self.mode = mode
-        self.install(*self._installed)
-        return True
+    def follow(self, mode: str) -> None:
+        """Switch to ``mode``'s policies (``greedy``, ``coupled`` or ``rejection``), as installed."""
+        if mode != self.mode:
+            self.mode = mode
+            self.install(*self._installed)
 
     def new_reply(self) -> None:
         """New text: copies under way end, and a plain verdict probes the synced draft again."""
