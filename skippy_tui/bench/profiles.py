@@ -52,9 +52,12 @@ class ProfileCell:
 
     plain_tps: list[float] = field(default_factory=list)
     spec_tps: list[float] = field(default_factory=list)
-    replies: int = 0
     differing: list[dict[str, Any]] = field(default_factory=list)
     replies_by_prompt: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def replies(self) -> int:
+        return sum(self.replies_by_prompt.values())
 
     def summary(self) -> dict[str, Any]:
         plain = statistics.median(self.plain_tps) if self.plain_tps else None
@@ -138,7 +141,6 @@ def run_profiles(
                 cell = cells[name]
                 cell.plain_tps.append(plain.tokens_per_second)
                 cell.spec_tps.append(spec.tokens_per_second)
-                cell.replies += 1
                 cell.replies_by_prompt[prompt.name] = cell.replies_by_prompt.get(prompt.name, 0) + 1
                 i = first_difference(plain.token_ids, spec.token_ids)
                 if i is not None:
