@@ -293,10 +293,7 @@ class GenerationMixin:
         sent, self._sent = self._sent, None
         if sent is None or not self.transcript.entries or self.transcript.entries[-1] is not sent:
             return
-        dropped = self.transcript.cut(len(self.transcript.entries) - 1)
-        for w in list(self.chat.query(MessageWidget)):
-            if any(w.entry is e for e in dropped):
-                await w.remove()
+        await self._cut(len(self.transcript.entries) - 1)
         await self._place_system_notes()
         if not self.prompt.text.strip():
             self.prompt.load_text(sent.content)
@@ -353,15 +350,20 @@ class GenerationMixin:
             return True
         return False
 
+    async def _cut(self, index: int, keep: Entry | None = None) -> None:
+        """Entries ``index..`` out of the transcript (:meth:`Transcript.cut`) and their widgets
+        out of the chat, but ``keep``'s (a regenerate sends the same message again)."""
+        dropped = {id(e) for e in self.transcript.cut(index)}
+        for w in list(self.chat.query(MessageWidget)):
+            if w.entry is not keep and id(w.entry) in dropped:
+                await w.remove()
+
     async def _resend_from(self, index: int, user: Entry) -> None:
         """Send ``user`` in place of entries ``index..`` (an edit, or a regenerate sending the
         same message again): they and their widgets go, and a system prompt set after them
         stays, now before ``user``, which it applies to."""
-        dropped = self.transcript.cut(index)
+        await self._cut(index, keep=user)
         self.transcript.entries.append(user)
-        for w in list(self.chat.query(MessageWidget)):
-            if w.entry is not user and any(w.entry is e for e in dropped):
-                await w.remove()
         if not any(w.entry is user for w in self.chat.query(UserMessage)):
             await self.chat.mount(UserMessage(user))
         await self._place_system_notes()
