@@ -65,6 +65,8 @@ class ReplyViewMixin:
             self._show_in_panel(replies[-1])
         else:
             self.panel.show_reply("no reply yet", [], AcceptanceStats())
+        if self.transcript.entries:  # at its end, kept there when the panel or the terminal changes its width
+            chat.anchor()  # (as while a reply streams); the welcome text stays on top
         chat.scroll_end(animate=False)
 
     async def _place_system_notes(self) -> None:

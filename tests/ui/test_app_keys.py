@@ -469,6 +469,27 @@ def test_the_footer_ends_with_the_palette_key_and_no_stray_letter() -> None:
     run(body())
 
 
+def test_the_footer_remounts_its_keys_only_when_they_change() -> None:
+    """Textual's footer remounted every key on each focus change (half the app's start-up CPU);
+    the keys shown still follow the focus."""
+
+    async def body() -> None:
+        app = replay_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            footer = app.query_one("KeyFooter")
+            keys = list(footer.query("FooterKey"))
+            app.prompt.blur()
+            app.prompt.focus()
+            await settle(pilot)
+            assert list(footer.query("FooterKey")) == keys  # the same keys: the same widgets
+            await pilot.press("tab")  # the panel's timeline: its own keys
+            await wait_until(pilot, lambda: list(footer.query("FooterKey")) != keys, 5, "the panel's keys")
+            assert "Inspect step" in {k.description for k in footer.query("FooterKey")}
+
+    run(body())
+
+
 def test_help_screen_snapshot(snap_compare) -> None:
     from skippy_tui.ui.screens.help import HelpScreen
 

@@ -211,6 +211,27 @@ def test_resizing_the_terminal_lays_the_screen_out_again() -> None:
     run(body())
 
 
+def test_an_opened_chat_shows_its_end_and_keeps_it_when_its_width_changes() -> None:
+    """F6 or a resize wraps the replies anew: the chat stayed where it was, above its end."""
+
+    async def body() -> None:
+        app = layout_app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            chat = app.chat
+            at_end = lambda: chat.max_scroll_y > 0 and chat.scroll_y == chat.max_scroll_y  # noqa: E731
+            await wait_until(pilot, at_end, 5, "the chat at its end")
+            before = chat.max_scroll_y
+            await pilot.press("f6")  # the panel takes rows: the chat's view shrinks
+            await wait_until(pilot, lambda: chat.max_scroll_y != before, 5, "the chat laid out again")
+            await settle(pilot)
+            assert at_end()
+            await pilot.resize_terminal(60, 30)
+            await settle(pilot)
+            assert at_end()
+
+    run(body())
+
+
 def test_a_panel_hidden_by_a_resize_hands_its_focus_to_the_input() -> None:
     """With the focus in the panel, a resize that hides it (stacked and short) left nothing
     focused, and every key typed after it went nowhere (a new user's 120x40 -> 60x20)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ui_helpers import SAMPLED_JSON, SIZE, replay_app, ui_config, wait_for_screen, wait_until
+from ui_helpers import SAMPLED_JSON, SIZE, replay_app, settle, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.ui.app import SkippyApp
 from skippy_tui.ui.screens.error import ErrorScreen
@@ -63,6 +63,7 @@ def test_inspector_sampled_reply(snap_compare) -> None:
     """A T=0.8 reply: draft and target probability of the rejected token, the seed and how to reproduce it."""
 
     async def run_before(pilot) -> None:
+        await settle(pilot)  # the chat has scrolled to its end: the click lands where the reply is drawn
         first = pilot.app.query("AssistantMessage").first()
         await pilot.click(first)
         await wait_until(pilot, lambda: first.has_class("-shown"), 10, "reply 1 in the panel")
