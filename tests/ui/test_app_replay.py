@@ -9,7 +9,7 @@ import pytest
 from textual.color import Color
 from textual.command import CommandList, CommandPalette
 from textual.widgets import DataTable, Input, Static
-from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, replay_app, run, ui_config, wait_for_screen, wait_until
+from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, replay_app, run, type_text, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.cli import build_parser, main
 from skippy_tui.config import Config, ConfigError, config_path
@@ -346,7 +346,7 @@ def test_ctrl_t_changes_the_theme_and_it_is_remembered() -> None:
             assert app.theme == "skippy-dark" and app.screen.styles.background != light
             await pilot.press("ctrl+t")
             await wait_until(pilot, lambda: isinstance(app.screen, CommandPalette), 5, "the theme picker")
-            await pilot.press(*"skippy-light")
+            await type_text(pilot, "skippy-light")
             results = app.screen.query_one(CommandList)
 
             def top() -> str:
@@ -442,7 +442,8 @@ def test_system_prompt_dialog_ctrl_s_saves_the_prompt_not_the_transcript() -> No
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press("f2")
             await wait_for_screen(pilot, app, SystemPromptScreen, 5)
-            await pilot.press(*"Be brief.", "ctrl+s")
+            await type_text(pilot, "Be brief.")
+            await pilot.press("ctrl+s")
             await wait_until(pilot, lambda: not isinstance(app.screen, SystemPromptScreen), 5, "the dialog to close")
             assert app.transcript.current_system == "Be brief."
             assert app.transcript_path == CHAT_JSON  # ctrl+s did not save a transcript
@@ -671,7 +672,8 @@ def test_new_chat_and_open_ask_first_only_when_the_chat_is_unsaved(tmp_path: Pat
             await app.open_transcript(path)
             await pilot.press("f2")
             await wait_for_screen(pilot, app, SystemPromptScreen, 5)
-            await pilot.press(*"Be brief.", "ctrl+s")
+            await type_text(pilot, "Be brief.")
+            await pilot.press("ctrl+s")
             await wait_until(pilot, lambda: app.unsaved, 5, "the system prompt change")
             for key in ("n", "escape"):
                 await pilot.press("ctrl+n")

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, run, ui_config, wait_for_screen, wait_until
+from ui_helpers import CHAT_JSON, SAMPLED_JSON, SIZE, run, type_text, ui_config, wait_for_screen, wait_until
 
 from skippy_tui.cli import build_parser
 from skippy_tui.cli_common import config_from_args
@@ -199,7 +199,8 @@ def test_a_system_prompt_set_mid_chat_applies_from_there_and_the_turns_before_ke
             await _reply(app, pilot, "Say A.")
             await pilot.press("f2")
             await wait_for_screen(pilot, app, SystemPromptScreen, 5)
-            await pilot.press(*"SYS-X pretend", "ctrl+s")
+            await type_text(pilot, "SYS-X pretend")
+            await pilot.press("ctrl+s")
             await wait_until(pilot, lambda: not isinstance(app.screen, SystemPromptScreen), 5, "the dialog")
             [entry] = _store().list()
             saved = Transcript.load(entry.path)
@@ -280,18 +281,22 @@ def test_filter_narrows_the_list_and_enter_opens_the_match() -> None:
         app = _idle_app()
         async with app.run_test(size=SIZE) as pilot:
             screen = await _open_history(app, pilot)
-            await pilot.press(*"capital")  # typed in the list: it goes to the filter
+            await type_text(pilot, "capital")  # typed in the list: it goes to the filter
             await wait_until(pilot, lambda: len(screen.shown) == 1, 5, "the filter")
             assert _titles(screen) == ["Tell me about Paris"]  # matched in the reply's text
             assert screen.query_one("#history-count").render().plain == "1 of 3 chats match"
-            await pilot.press("ctrl+a", "ctrl+k", *"2+2")
+            await pilot.press("ctrl+a", "ctrl+k")
+            await type_text(pilot, "2+2")
             await wait_until(pilot, lambda: len(screen.shown) == 1, 5, "the filter")
             assert screen.shown[0].path == paths["haiku"]
-            await pilot.press("ctrl+a", "ctrl+k", *"nothing like this")
+            await pilot.press("ctrl+a", "ctrl+k")
+            await type_text(pilot, "nothing like this")
             await wait_until(pilot, lambda: not screen.shown, 5, "an empty list")
             await pilot.press("enter")  # nothing to open: the dialog stays
             assert app.screen is screen
-            await pilot.press("ctrl+a", "ctrl+k", *"paris", "enter")
+            await pilot.press("ctrl+a", "ctrl+k")
+            await type_text(pilot, "paris")
+            await pilot.press("enter")
             await wait_until(pilot, lambda: app.history_path == paths["paris"], 10, "the chat to open")
             assert app.transcript.entries[0].content == "Tell me about Paris"
 
@@ -309,7 +314,7 @@ def test_a_word_that_starts_with_d_or_r_filters_and_opens_no_dialog() -> None:
             for word in ("rust", "date"):
                 screen.filter_input.value = ""
                 screen.table.focus()
-                await pilot.press(*word)
+                await type_text(pilot, word)
                 await wait_until(pilot, lambda w=word: screen.filter_input.value == w, 5, f"{word!r} in the filter")
                 assert app.screen is screen
 
@@ -325,7 +330,8 @@ def test_rename_keeps_the_new_title_in_the_file_and_the_list() -> None:
             screen = await _open_history(app, pilot)
             await pilot.press("f2")
             rename = await wait_for_screen(pilot, app, RenameScreen, 5)
-            await pilot.press(*"Paris notes", "enter")
+            await type_text(pilot, "Paris notes")
+            await pilot.press("enter")
             await wait_until(pilot, lambda: app.screen is screen, 5, "the rename dialog to close")
             await wait_until(pilot, lambda: "Paris notes" in _titles(screen), 5, "the new title")
             assert screen.highlighted is not None and screen.highlighted.path == paths["paris"]
@@ -333,7 +339,8 @@ def test_rename_keeps_the_new_title_in_the_file_and_the_list() -> None:
             # Esc in the rename dialog changes nothing
             await pilot.press("ctrl+r")
             await wait_for_screen(pilot, app, RenameScreen, 5)
-            await pilot.press(*" (draft)", "escape")
+            await type_text(pilot, " (draft)")
+            await pilot.press("escape")
             await wait_until(pilot, lambda: app.screen is screen, 5, "cancel")
         assert Transcript.load(paths["paris"]).title == "Paris notes"
         assert next(e.title for e in _store().list()) == "Paris notes"
@@ -396,7 +403,7 @@ def test_delete_works_while_the_filter_has_text() -> None:
         app = _idle_app()
         async with app.run_test(size=SIZE) as pilot:
             screen = await _open_history(app, pilot)
-            await pilot.press(*"xparis")
+            await type_text(pilot, "xparis")
             await wait_until(pilot, lambda: screen.filter_input.value == "xparis", 5, "the filter")
             await pilot.press("home", "delete")  # a character right of the cursor: the field's
             await wait_until(pilot, lambda: screen.filter_input.value == "paris", 5, "the x to go")

@@ -95,3 +95,12 @@ def one_read(app: Any, *keys: tuple[str, str | None]) -> None:
 
     for key, char in keys:
         app.post_message(events.Key(key, char))
+
+
+async def type_text(pilot: Any, text: str) -> None:
+    """Type ``text`` into the focused widget as one read (``pilot.press`` waits for the app to
+    idle after each key, twice: ~45 ms a character)."""
+    from textual.keys import _character_to_key  # the key names Pilot gives characters
+
+    one_read(pilot.app, *((c if c.isalnum() else _character_to_key(c), c) for c in text))
+    await pilot.pause()
