@@ -318,7 +318,6 @@ def load_speculator(
             speculator.target_cache.ctx, rows, load, cache, report
         )
         if speculation.enabled:
-            progress(PROBE_STAGE, 0.0)
 
             def probing(fraction: float) -> None:  # minutes on a busy CPU: show it, and stop on a quit
                 progress(PROBE_STAGE, fraction)

@@ -110,8 +110,9 @@ def probe(ctx: Context, max_rows: int, deep: bool = False, report: Callable[[flo
     batch decodes of a short text (a few seconds on a 2-core CPU; minutes on a
     busy one). ``deep``: also a window at :data:`DEEP` where the window holds it
     (flash attention not off: about 240 more tokens of prefill and up to
-    ``max_rows`` more of each decode). ``report`` is called with the fraction of
-    the decodes done (0..1, every 5 % or so); what it raises ends the probe.
+    ``max_rows`` more of each decode). ``report`` is called with 0 before the first
+    decode, then with the fraction done (0..1, every 5 % or so); what it raises ends
+    the probe.
 
     Raises:
         DecodeError, ContextFullError: from llama.cpp (the cache is cleared).
@@ -137,6 +138,8 @@ def probe(ctx: Context, max_rows: int, deep: bool = False, report: Callable[[flo
         tokens = model.tokenize(text, add_special=False)
     timings: dict[int, list[float]] = {}
     limit, worst = max_rows, 0.0  # sizes up to limit are still exact everywhere
+    if report is not None:  # the probe starts measuring (a cached verdict reports nothing)
+        report(0.0)
     try:
         ctx.clear()
         ctx.prefill(tokens[:_PREFIX], 0)

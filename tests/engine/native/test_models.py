@@ -265,12 +265,16 @@ def test_decoded_logits_rows_are_llama_cpps_rows_in_batch_order(smollm2_q4_1: Pa
 
 @pytest.mark.parametrize("stop_in", ["loading target", "loading draft", "measuring batch invariance"])
 def test_a_cancelled_load_stops_at_once_and_raises(
-    smollm2_f32: Path, smollm2_q4_1: Path, cache_dir: Path, stop_in: str
+    smollm2_f32: Path, smollm2_q4_1: Path, cache_dir: Path, tmp_path: Path, stop_in: str
 ) -> None:
     """Quit during a load: llama.cpp's progress callback says stop, no later stage runs."""
     stages: list[tuple[str, float]] = []
+    probing = stop_in.startswith("measuring")  # a verdict the shared cache holds is not measured again
     spec = EngineSpec(
-        ModelSpec(smollm2_f32), ModelSpec(smollm2_q4_1), SpeculationSettings(n_draft=4, source="model"), cache_dir
+        ModelSpec(smollm2_f32),
+        ModelSpec(smollm2_q4_1),
+        SpeculationSettings(n_draft=4, source="model"),
+        tmp_path if probing else cache_dir,
     )
 
     def cancelled() -> bool:
@@ -292,3 +296,7 @@ def test_a_cancelled_load_stops_at_once_and_raises(
         assert speculator.drafter is not None
     finally:
         speculator.close()
+    if probing:  # the verdict is now on disk: a second load reads it and says nothing about measuring
+        stages.clear()
+        load_speculator(spec, lambda s, f: stages.append((s, f))).close()
+        assert stages and not [s for s, _ in stages if s.startswith(stop_in)], stages
