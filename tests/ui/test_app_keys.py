@@ -564,6 +564,39 @@ def test_max_tokens_from_f3_caps_the_next_reply_and_alt_arrows_work_mid_reply(
     run(body())
 
 
+@pytest.mark.parametrize("size", [(60, 20), (120, 30)], ids=["stacked", "beside"])
+def test_the_loading_row_shows_the_stage_on_one_line(monkeypatch: pytest.MonkeyPatch, size: tuple[int, int]) -> None:
+    """The stage wrapped in the loading row and showed its first word or two ("deriving the")."""
+    import threading
+
+    from skippy_tui.engine.load.loader import DERIVE_STAGE
+
+    release = threading.Event()
+
+    def load(spec: object, progress, cancelled) -> None:
+        progress(DERIVE_STAGE, 0.4)
+        release.wait(30)
+        raise RuntimeError("stopped by the test")
+
+    async def body() -> None:
+        app = SkippyApp(ui_config(), load_models=False)
+        monkeypatch.setattr(app, "_loader", lambda: load)
+        async with app.run_test(size=size) as pilot:
+            app.action_load_models()
+            app._load_cancel.set()
+            label = app.query_one("#loading-label")
+            try:
+                await wait_until(pilot, lambda: str(label.render()) == DERIVE_STAGE, 10, "the stage")
+                await settle(pilot)
+                line = label.render_line(0).text
+                assert line.startswith("deriving the F32 default target") and label.region.height == 1, line
+            finally:
+                release.set()
+            await wait_until(pilot, lambda: not app.loading, 10, "the load to end")
+
+    run(body())
+
+
 def test_while_models_load_the_status_bar_says_what_is_measured_and_why(monkeypatch: pytest.MonkeyPatch) -> None:
     """The exactness probe can take minutes on a busy machine: the status bar names it and why."""
     import threading
