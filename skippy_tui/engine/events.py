@@ -9,6 +9,7 @@ one shape. Units: token counts in tokens, times in ms, probabilities in [0, 1].
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from dataclasses import dataclass, field
@@ -268,6 +269,14 @@ def _plain(value: Any) -> Any:
 _NESTED = {"TokenInfo": TokenInfo, "TextSpan": TextSpan, "SyncInfo": SyncInfo, "Rollback": Rollback}
 
 
+@functools.cache
+def _field_hints(cls: type) -> tuple[tuple[str, Any], ...]:
+    """A dataclass's fields with their resolved types: resolving them (``get_type_hints``
+    evaluates every annotation) took most of a transcript's load when done per event."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls))
+
+
 def _build(hint: Any, value: Any) -> Any:
     """``value`` (parsed JSON) as ``hint``, checked: a wrongly typed field is a ``TypeError``
     here, at load, not a crash later while rendering."""
@@ -297,14 +306,13 @@ def _build(hint: Any, value: Any) -> Any:
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):
             raise TypeError(f"{value!r} is not an object")
-        hints = typing.get_type_hints(hint)
         fields = {}
-        for f in dataclasses.fields(hint):
-            if f.name in value:
+        for name, field_hint in _field_hints(hint):
+            if name in value:
                 try:
-                    fields[f.name] = _build(hints[f.name], value[f.name])
+                    fields[name] = _build(field_hint, value[name])
                 except TypeError as e:
-                    raise TypeError(f"{f.name}: {e}") from None
+                    raise TypeError(f"{name}: {e}") from None
         return hint(**fields)
     if hint is bool:
         ok = isinstance(value, bool)
