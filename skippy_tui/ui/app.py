@@ -215,7 +215,8 @@ class SkippyApp(
                 with Horizontal(id="loading"):
                     yield Label("", id="loading-label")
                     yield ProgressBar(total=100, show_eta=False, id="loading-bar")
-                yield ChatView(id="chat", classes="-origin" if self.color_origin else "")
+                # the transcript's messages composed with the app, not mounted after its first layout
+                yield ChatView(*self._transcript_widgets(), id="chat", classes="-origin" if self.color_origin else "")
                 yield PromptInput(history=self.state.history, id="prompt")
             yield SpeculationPanel(id="panel")
         yield StatusBar(id="status")
@@ -270,7 +271,7 @@ class SkippyApp(
         if self._theme_errors:
             self.notify("\n".join(self._theme_errors), title="Skipped theme files", severity="warning", timeout=10)
         self.query_one("#loading").display = False
-        await self._show_transcript()
+        await self._show_transcript(composed=True)
         # runs only while a reply streams: an idle app wakes for nothing (the engine may be busy)
         self._flush_timer = self.set_interval(1 / FLUSH_HZ, self._flush_steps, pause=True)
         self.prompt.focus()

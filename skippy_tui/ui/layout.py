@@ -54,6 +54,8 @@ class LayoutMixin:
             self.prompt.focus()
 
     def action_toggle_panel(self) -> None:
+        if self._stacked is None:  # F6 before the first layout, which would have reset the choice
+            self._apply_layout()
         self._panel_choice = not self.panel.display
         self._apply_layout()
         self._update_status()

@@ -38,9 +38,8 @@ class ReplyViewMixin:
     def _init_reply_view(self) -> None:
         self._shown: AssistantMessage | None = None  # reply shown in the panel
 
-    async def _show_transcript(self) -> None:
-        chat = self.chat
-        await chat.remove_children()
+    def _transcript_widgets(self) -> list[Any]:
+        """The chat's widgets for the transcript: its messages and notes, or the welcome text."""
         widgets: list[Any] = []
         if self.transcript.system_prompt:
             widgets.append(SystemNote(f"system: {self.transcript.system_prompt}", markup=False, id="system-note"))
@@ -54,8 +53,15 @@ class ReplyViewMixin:
             widgets.append(message_widget(e))
         if not self.transcript.entries:
             widgets.append(Welcome(WELCOME, markup=False))
-        if widgets:
-            await chat.mount_all(widgets)
+        return widgets
+
+    async def _show_transcript(self, composed: bool = False) -> None:
+        """Show the transcript in the chat (``composed``: its widgets are there already, as the
+        app composed them) and its replies' figures in the panel."""
+        chat = self.chat
+        if not composed:
+            await chat.remove_children()
+            await chat.mount_all(self._transcript_widgets())
         self.session_stats = AcceptanceStats()
         for e in self.transcript.replies():
             self.session_stats.merge(reply_stats(e.events))

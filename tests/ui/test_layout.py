@@ -211,6 +211,21 @@ def test_resizing_the_terminal_lays_the_screen_out_again() -> None:
     run(body())
 
 
+def test_f6_before_the_first_layout_shows_the_panel() -> None:
+    """F6 read with the first frame set a choice the first layout then reset: the panel stayed hidden."""
+
+    async def body() -> None:
+        app = layout_app()
+        async with app.run_test(size=(80, 24)) as pilot:  # stacked and short: hidden by default
+            await settle(pilot)
+            app._stacked = app._panel_choice = None  # as before the first layout
+            app.action_toggle_panel()
+            await settle(pilot)
+            assert app.panel.display and app._panel_choice is True
+
+    run(body())
+
+
 def test_an_opened_chat_shows_its_end_and_keeps_it_when_its_width_changes() -> None:
     """F6 or a resize wraps the replies anew: the chat stayed where it was, above its end."""
 
