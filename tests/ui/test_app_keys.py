@@ -6,8 +6,12 @@ Driven on the committed transcript fixtures, no models loaded.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.text import Text
@@ -564,62 +568,53 @@ def test_max_tokens_from_f3_caps_the_next_reply_and_alt_arrows_work_mid_reply(
     run(body())
 
 
-@pytest.mark.parametrize("size", [(60, 20), (120, 30)], ids=["stacked", "beside"])
-def test_the_loading_row_shows_the_stage_on_one_line(monkeypatch: pytest.MonkeyPatch, size: tuple[int, int]) -> None:
-    """The stage wrapped in the loading row and showed its first word or two ("deriving the")."""
-    import threading
-
-    from skippy_tui.engine.load.loader import DERIVE_STAGE
-
+@contextlib.asynccontextmanager
+async def _loading(monkeypatch: pytest.MonkeyPatch, stage: str, size: tuple[int, int]) -> AsyncIterator[Any]:
+    """The app and its pilot while a load reports ``stage`` and stays in it (until the block
+    ends; the error that then ends it is not shown)."""
     release = threading.Event()
 
     def load(spec: object, progress, cancelled) -> None:
-        progress(DERIVE_STAGE, 0.4)
+        progress(stage, 0.4)
         release.wait(30)
         raise RuntimeError("stopped by the test")
 
+    app = SkippyApp(ui_config(), load_models=False)
+    monkeypatch.setattr(app, "_loader", lambda: load)
+    async with app.run_test(size=size) as pilot:
+        app.action_load_models()
+        app._load_cancel.set()
+        try:
+            yield app, pilot
+        finally:
+            release.set()
+        await wait_until(pilot, lambda: not app.loading, 10, "the load to end")
+
+
+@pytest.mark.parametrize("size", [(60, 20), (120, 30)], ids=["stacked", "beside"])
+def test_the_loading_row_shows_the_stage_on_one_line(monkeypatch: pytest.MonkeyPatch, size: tuple[int, int]) -> None:
+    """The stage wrapped in the loading row and showed its first word or two ("deriving the")."""
+    from skippy_tui.engine.load.loader import DERIVE_STAGE
+
     async def body() -> None:
-        app = SkippyApp(ui_config(), load_models=False)
-        monkeypatch.setattr(app, "_loader", lambda: load)
-        async with app.run_test(size=size) as pilot:
-            app.action_load_models()
-            app._load_cancel.set()
+        async with _loading(monkeypatch, DERIVE_STAGE, size) as (app, pilot):
             label = app.query_one("#loading-label")
-            try:
-                await wait_until(pilot, lambda: str(label.render()) == DERIVE_STAGE, 10, "the stage")
-                await settle(pilot)
-                line = label.render_line(0).text
-                assert line.startswith("deriving the F32 default target") and label.region.height == 1, line
-            finally:
-                release.set()
-            await wait_until(pilot, lambda: not app.loading, 10, "the load to end")
+            await wait_until(pilot, lambda: str(label.render()) == DERIVE_STAGE, 10, "the stage")
+            await settle(pilot)
+            line = label.render_line(0).text
+            assert line.startswith("deriving the F32 default target") and label.region.height == 1, line
 
     run(body())
 
 
 def test_while_models_load_the_status_bar_says_what_is_measured_and_why(monkeypatch: pytest.MonkeyPatch) -> None:
     """The exactness probe can take minutes on a busy machine: the status bar names it and why."""
-    import threading
-
     from skippy_tui.engine.load.loader import PROBE_STAGE
 
-    release = threading.Event()
-
-    def load(spec: object, progress, cancelled) -> None:  # a load that stays in the probe until released
-        progress(PROBE_STAGE, 0.4)
-        release.wait(30)
-        raise RuntimeError("stopped by the test")
-
     async def body() -> None:
-        app = SkippyApp(ui_config(), load_models=False)
-        monkeypatch.setattr(app, "_loader", lambda: load)
-        async with app.run_test(size=(200, 30)) as pilot:
-            app.action_load_models()
-            app._load_cancel.set()  # the error that ends it is then not shown
+        async with _loading(monkeypatch, PROBE_STAGE, (200, 30)) as (app, pilot):
             status = lambda: str(app.query_one("#status").render())  # noqa: E731
             await wait_until(pilot, lambda: "measuring batch invariance" in status(), 10, "the probe's stage")
             assert "bit for bit" in status() and "exact" in status(), status()
-            release.set()
-            await wait_until(pilot, lambda: not app.loading, 10, "the load to end")
 
     run(body())
