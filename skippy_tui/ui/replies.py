@@ -71,9 +71,12 @@ class ReplyViewMixin:
             self._show_in_panel(replies[-1])
         else:
             self.panel.show_reply("no reply yet", [], AcceptanceStats())
-        if self.transcript.entries:  # at its end, kept there when the panel or the terminal changes its width
-            chat.anchor()  # (as while a reply streams); the welcome text stays on top
-        chat.scroll_end(animate=False)
+        if self.transcript.entries:  # at its end, kept there when the panel or the terminal
+            chat.anchor()  # changes its width (as while a reply streams)
+            chat.scroll_end(animate=False)
+        else:  # a new chat's welcome text on top: anchored, the chat drew it at the bottom
+            chat.anchor(False)
+            chat.scroll_home(animate=False, force=True)  # force: it fits, and Textual would not scroll it
 
     async def _place_system_notes(self) -> None:
         """Bring the chat's system prompt notes in line with the transcript (after F2, an edit or

@@ -211,6 +211,24 @@ def test_resizing_the_terminal_lays_the_screen_out_again() -> None:
     run(body())
 
 
+def test_a_new_chat_shows_the_welcome_text_on_top() -> None:
+    """The chat before it was anchored at its end: a new chat's welcome text sat at the bottom."""
+    from skippy_tui.ui.widgets.chat import Welcome
+
+    async def body() -> None:
+        app = layout_app()
+        async with app.run_test(size=(150, 42)) as pilot:
+            await settle(pilot)
+            assert app.chat.is_anchored
+            await pilot.press("ctrl+n")
+            await wait_until(pilot, lambda: bool(app.chat.query(Welcome)), 5, "the welcome text")
+            await settle(pilot)
+            welcome = app.chat.query_one(Welcome)
+            assert not app.chat.is_anchored and welcome.region.y == app.chat.content_region.y + 1  # its margin
+
+    run(body())
+
+
 def test_f6_before_the_first_layout_shows_the_panel() -> None:
     """F6 read with the first frame set a choice the first layout then reset: the panel stayed hidden."""
 
