@@ -271,7 +271,7 @@ class SkippyApp(
         if self._theme_errors:
             self.notify("\n".join(self._theme_errors), title="Skipped theme files", severity="warning", timeout=10)
         self.query_one("#loading").display = False
-        await self._show_transcript(composed=True)
+        self._transcript_shown()  # its widgets were composed with the app
         # runs only while a reply streams: an idle app wakes for nothing (the engine may be busy)
         self._flush_timer = self.set_interval(1 / FLUSH_HZ, self._flush_steps, pause=True)
         self.prompt.focus()

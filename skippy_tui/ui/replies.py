@@ -55,13 +55,16 @@ class ReplyViewMixin:
             widgets.append(Welcome(WELCOME, markup=False))
         return widgets
 
-    async def _show_transcript(self, composed: bool = False) -> None:
-        """Show the transcript in the chat (``composed``: its widgets are there already, as the
-        app composed them) and its replies' figures in the panel."""
+    async def _show_transcript(self) -> None:
+        """Show the transcript in the chat in place of what it showed, and its replies' figures."""
+        await self.chat.remove_children()
+        await self.chat.mount_all(self._transcript_widgets())
+        self._transcript_shown()
+
+    def _transcript_shown(self) -> None:
+        """With the transcript's widgets in the chat (mounted, or composed with the app): its
+        replies' figures in the panel, the last reply's steps, and the chat at its end."""
         chat = self.chat
-        if not composed:
-            await chat.remove_children()
-            await chat.mount_all(self._transcript_widgets())
         self.session_stats = AcceptanceStats()
         for e in self.transcript.replies():
             self.session_stats.merge(reply_stats(e.events))
@@ -73,7 +76,7 @@ class ReplyViewMixin:
             self.panel.show_reply("no reply yet", [], AcceptanceStats())
         if self.transcript.entries:  # at its end, kept there when the panel or the terminal
             chat.anchor()  # changes its width (as while a reply streams)
-            chat.scroll_end(animate=False)
+            chat.scroll_end(animate=False)  # after the layout: the anchor alone leaves the scrollbar unpainted
         else:  # a new chat's welcome text on top: anchored, the chat drew it at the bottom
             chat.anchor(False)
             chat.scroll_home(animate=False, force=True)  # force: it fits, and Textual would not scroll it
