@@ -266,9 +266,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-_NESTED = {"TokenInfo": TokenInfo, "TextSpan": TextSpan, "SyncInfo": SyncInfo, "Rollback": Rollback}
-
-
 @functools.cache
 def _field_hints(cls: type) -> tuple[tuple[str, Any], ...]:
     """A dataclass's fields with their resolved types: resolving them (``get_type_hints``
