@@ -40,6 +40,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.models)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> object:
+    """A test not marked ``models`` that loads one in this process fails and says so: the marker
+    is what keeps ``-m "not models"`` model-free (a child process that loads one is marked by hand)."""
+    if item.get_closest_marker("models"):
+        return (yield)
+    from skippy_tui.engine.native.model import Model
+
+    def refuse(self: object, path: object, *args: object, **kwargs: object) -> None:
+        raise AssertionError(f"{item.nodeid} loads {path}: mark it @pytest.mark.models")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Model, "__init__", refuse)
+        return (yield)
+
+
 def pytest_report_header() -> list[str]:
     """The llama.cpp build under test: with ``LLAMAFILE = 1`` verification goes row by row."""
     from skippy_tui.engine.native.devices import system_info

@@ -442,6 +442,7 @@ def _recording(
     return recorded
 
 
+@pytest.mark.models  # the app loads the default pair itself (not through a fixture)
 def test_quit_mid_stream_ends_the_reply_within_a_step() -> None:
     """The app loads its own models (the real loading path), then quits while a reply streams.
 

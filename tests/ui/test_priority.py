@@ -98,6 +98,7 @@ def _app_priorities(yield_cpu: str) -> list[str]:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="thread priorities are Linux-only")
+@pytest.mark.models  # the app in the child loads the default pair
 def test_by_default_the_ui_keeps_the_normal_priority_under_other_programs_load() -> None:
     """Issue 57.12: at nice 19 the UI starved under other programs' load (keys and Esc took
     seconds). By default every thread of the app, the engine's included, stays where it started."""

@@ -253,6 +253,7 @@ def test_ngram_and_combined_equal_plain_with_the_pair(pair, prompt):
     assert {s.draft_source for s in run.steps if s.proposed} == {"model"}
 
 
+@pytest.mark.models  # the CLI loads the embedded target
 def test_cli_run_with_ngram_and_no_draft(capsys):
     rc = main(["run", "Repeat exactly: one two three, one two three.", "--no-draft", "--draft-source", "ngram",
                "--max-tokens", "16", "--json"])  # fmt: skip
