@@ -273,23 +273,55 @@ def test_title_round_trips_through_the_transcript_json() -> None:
         Transcript.from_dict(bad)
 
 
-# one app process's saves: waits for the start time given, then saves 20 new chats and continues each once
-WRITER = """
+# how a child process waits for the start: it says it is ready (imported, set up), reads the start
+# time the test sends once both are, sleeps until just before it and spins the last millisecond
+AT_START = """
+def at_start():
+    print("ready", flush=True)
+    start = float(sys.stdin.readline())
+    time.sleep(max(0.0, start - time.time() - 0.001))
+    while time.time() < start:
+        pass
+"""
+
+# one app process's saves: at the start, saves 20 new chats and continues each once
+WRITER = (
+    """
 import sys, time
 from pathlib import Path
 from skippy_tui.history import HistoryStore
 from skippy_tui.transcript import Entry, Transcript
-
-folder, who, start = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+"""
+    + AT_START
+    + """
+folder, who = Path(sys.argv[1]), sys.argv[2]
 store = HistoryStore(folder)
-while time.time() < start:
-    pass
+at_start()
 for i in range(20):
     chat = Transcript(entries=[Entry("user", f"{who} {i}"), Entry("assistant", "ok")])
     path = store.save(chat).path
     chat.entries += [Entry("user", "more"), Entry("assistant", "ok")]
     store.save(chat, path)
 """
+)
+
+
+def _start_together(scripts: list[list[str]]) -> float:
+    """Run ``python -c script args...`` for each, start them at one instant once all are ready
+    (a loaded machine is slow to start Python) and wait for them to end; returns the start."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = [subprocess.Popen([sys.executable, "-c", *script], env=env, **pipes) for script in scripts]
+    for p in procs:
+        assert p.stdout.readline() == "ready\n", p.communicate(timeout=60)[1]
+    start = time.time() + 0.05
+    for p in procs:
+        p.stdin.write(f"{start!r}\n")
+        p.stdin.close()
+    for p in procs:
+        err = p.stderr.read()  # until it ends: it writes nothing else
+        assert p.wait(timeout=120) == 0, err
+    return start
 
 
 def test_two_processes_saving_at_once_lose_no_chat_and_no_index_record(tmp_path: Path) -> None:
@@ -297,15 +329,7 @@ def test_two_processes_saving_at_once_lose_no_chat_and_no_index_record(tmp_path:
     of each other, picked the same file names (one chat overwrote another) and wrote the index
     over each other's records. Both start here at the same instant, as two real processes."""
     folder = tmp_path / "history"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    start = time.time() + 3  # both have imported by then (a loaded machine is slow to start Python)
-    procs = [
-        subprocess.Popen([sys.executable, "-c", WRITER, str(folder), who, str(start)], env=env, stderr=subprocess.PIPE)
-        for who in ("a", "b")
-    ]
-    for p in procs:
-        _, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err.decode()
+    start = _start_together([[WRITER, str(folder), who] for who in ("a", "b")])
     assert time.time() > start, "a writer ended before the start it waited for"
     wanted = {f"{who} {i}" for who in "ab" for i in range(20)}
     files = sorted(folder.glob("chat-*.json"))
@@ -363,41 +387,34 @@ def test_a_chat_two_windows_go_on_with_is_not_written_over(tmp_path: Path) -> No
     assert Transcript.load(first).title == "named" and len(Transcript.load(first).entries) == 6
 
 
-# one window's saves of a chat it goes on with: waits for the start time given, then adds 10 turns
-CONTINUER = """
+# one window's saves of a chat it goes on with: at the start, adds 10 turns
+CONTINUER = (
+    """
 import sys, time
 from pathlib import Path
 from skippy_tui.history import HistoryStore
 from skippy_tui.transcript import Entry, Transcript
-
-folder, path, who, start = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+"""
+    + AT_START
+    + """
+folder, path, who = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 store = HistoryStore(folder)
 chat = Transcript.load(path)
 store.opened(path)
-while time.time() < start:
-    pass
+at_start()
 for i in range(10):
     was = Transcript(list(chat.entries))
     chat.entries += [Entry("user", f"{who} {i}"), Entry("assistant", "ok")]
     path = store.save(chat, path, was=was).path
 """
+)
 
 
 def test_two_processes_going_on_with_one_chat_lose_no_turn(tmp_path: Path) -> None:
     """Two real processes add turns to the same chat at once: every turn is in some chat file."""
     folder = tmp_path / "history"
     first = HistoryStore(folder).save(_chat("q", "a")).path
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    start = time.time() + 3
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", CONTINUER, str(folder), str(first), who, str(start)], env=env, stderr=subprocess.PIPE
-        )
-        for who in ("a", "b")
-    ]
-    for p in procs:
-        _, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err.decode()
+    _start_together([[CONTINUER, str(folder), str(first), who] for who in ("a", "b")])
     said = {e.content for f in folder.glob("chat-*.json") for e in Transcript.load(f).entries}
     assert {f"{who} {i}" for who in "ab" for i in range(10)} <= said
     assert len(HistoryStore(folder).list()) == len(list(folder.glob("chat-*.json")))
