@@ -236,14 +236,23 @@ def test_tune_dialog_refuses_bad_values_and_changes_nothing() -> None:
 
 
 def test_palette_reaches_every_tune_field() -> None:
+    """Every field has a palette entry, the one action with the field's name: it is run here for a
+    choice, a text field and the last field (the test above runs four more), and every field is a
+    focusable widget of that name in the dialog."""
+
     async def body() -> None:
         app = SkippyApp(ui_config(), load_models=False)
         async with app.run_test(size=SIZE) as pilot:
             from skippy_tui.ui.commands import SkippyCommands
 
             actions = {action for _, _, action in SkippyCommands(app.screen)._commands()}
-            for key, _ in TUNE_FIELDS:
-                assert f"tune('{key}')" in actions
+            assert {f"tune('{key}')" for key, _ in TUNE_FIELDS} <= actions
+            await pilot.press("f3")
+            screen = await wait_for_screen(pilot, app, TuneScreen, 5)
+            assert all(screen.query_one(f"#{key}").focusable for key, _ in TUNE_FIELDS)
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not isinstance(app.screen, TuneScreen), 5, "close")
+            for key in ("source", "seed", TUNE_FIELDS[-1][0]):
                 await app.run_action(f"tune('{key}')")
                 screen = await wait_for_screen(pilot, app, TuneScreen, 5)
                 assert app.focused is screen.query_one(f"#{key}"), key
