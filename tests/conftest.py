@@ -22,6 +22,21 @@ os.environ.setdefault("SKIPPY_TUI_CACHE_DIR", str(CACHE))
 os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 
 
+def _shorter_pilot_waits() -> None:
+    """Textual's Pilot waits for the app to be idle after each key and pause in slices of 20 ms,
+    at least one each: a third of the model-free run was spent asleep in them. Slices of 5 ms judge
+    idleness the same way (under 5 % CPU in a slice); a test that needs something to happen waits
+    for it (``wait_until``), not for a slice to pass."""
+    import textual._wait as wait
+
+    if hasattr(wait, "SLEEP_GRANULARITY"):  # private: if Textual renames it, the waits stay as they are
+        wait.SLEEP_GRANULARITY = 0.005
+        wait.SLEEP_IDLE = wait.SLEEP_GRANULARITY / 20
+
+
+_shorter_pilot_waits()
+
+
 MODEL_FIXTURES = frozenset({"smollm2_q4_1", "smollm2_f32", "gemma3_270m", "tiny_models", "cache_dir"})
 """Fixtures that load or make real models: a test that needs one (directly or through another
 fixture) is marked ``models``, so ``pytest -m "not models"`` runs the model-free tests alone."""

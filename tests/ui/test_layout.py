@@ -92,14 +92,16 @@ def test_step_rows_keep_every_column_in_view(size: tuple[int, int]) -> None:
         app = layout_app()
         async with app.run_test(size=size) as pilot:
             timeline = app.panel.timeline
-            await wait_until(pilot, lambda: timeline.row_count == 8, 5, "the reply's steps")
-            await pilot.pause()
+
+            def in_view() -> dict[int, str]:  # the rows in view, under the header, by number
+                lines = (_line(timeline, y) for y in range(1, timeline.size.height))
+                return {int(t.split()[0]): t for t in lines if t.strip()}
+
+            # the table follows its last row once it is laid out
+            await wait_until(pilot, lambda: timeline.row_count == 8 and 7 in in_view(), 5, "the last step in view")
             used = sum(timeline.widths.values()) + 2 * PAD * len(timeline.widths)
             assert used <= timeline.size.width - 1  # the scrollbar's column stays free
-            # the rows in view, under the header: the table follows its last row
-            rows = {
-                int(t.split()[0]): t for t in (_line(timeline, y) for y in range(1, timeline.size.height)) if t.strip()
-            }
+            rows = in_view()
             assert max(rows) == 7 and len(rows) == min(8, timeline.size.height - 1)
             assert "(reply ended)" in rows[7] and "17s" in rows[7]
             sync = "t130→130" if timeline.compact else "truncate 130→130"
