@@ -273,9 +273,15 @@ def test_title_round_trips_through_the_transcript_json() -> None:
         Transcript.from_dict(bad)
 
 
-# how a child process waits for the start: it says it is ready (imported, set up), reads the start
-# time the test sends once both are, sleeps until just before it and spins the last millisecond
-AT_START = """
+# what the child processes share: their imports, and how they wait for the start (at_start): say
+# they are ready (imported, set up), read the start time the test sends once all are, sleep until
+# just before it and spin the last millisecond
+CHILD = """
+import sys, time
+from pathlib import Path
+from skippy_tui.history import HistoryStore
+from skippy_tui.transcript import Entry, Transcript
+
 def at_start():
     print("ready", flush=True)
     start = float(sys.stdin.readline())
@@ -286,13 +292,7 @@ def at_start():
 
 # one app process's saves: at the start, saves 20 new chats and continues each once
 WRITER = (
-    """
-import sys, time
-from pathlib import Path
-from skippy_tui.history import HistoryStore
-from skippy_tui.transcript import Entry, Transcript
-"""
-    + AT_START
+    CHILD
     + """
 folder, who = Path(sys.argv[1]), sys.argv[2]
 store = HistoryStore(folder)
@@ -389,13 +389,7 @@ def test_a_chat_two_windows_go_on_with_is_not_written_over(tmp_path: Path) -> No
 
 # one window's saves of a chat it goes on with: at the start, adds 10 turns
 CONTINUER = (
-    """
-import sys, time
-from pathlib import Path
-from skippy_tui.history import HistoryStore
-from skippy_tui.transcript import Entry, Transcript
-"""
-    + AT_START
+    CHILD
     + """
 folder, path, who = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 store = HistoryStore(folder)
